@@ -1,0 +1,55 @@
+"""Finding the project's Celery app and the task names it knows."""
+
+from __future__ import annotations
+
+import threading
+
+from celery import Celery
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.module_loading import import_string
+
+from .conf import app_settings
+
+_imported: set[int] = set()
+_import_lock = threading.Lock()
+
+
+def get_celery_app() -> Celery:
+    """The Celery app named by ``CLUSTER_CRON['CELERY_APP']``, else ``celery.current_app``."""
+    path = app_settings.CELERY_APP
+    if path is None:
+        from celery import current_app
+
+        app: Celery = current_app._get_current_object()
+        return app
+    dotted = path.replace(":", ".")
+    try:
+        candidate = import_string(dotted)
+    except ImportError as exc:
+        raise ImproperlyConfigured(
+            f"CLUSTER_CRON['CELERY_APP'] is {path!r}, which cannot be imported: {exc}"
+        ) from exc
+    if not isinstance(candidate, Celery):
+        raise ImproperlyConfigured(
+            f"CLUSTER_CRON['CELERY_APP'] is {path!r}, which is a "
+            f"{type(candidate).__name__}, not a Celery app."
+        )
+    return candidate
+
+
+def registered_task_names(app: Celery | None = None) -> list[str]:
+    """Names of the tasks a job may use: registered in the app, not Celery's own ``celery.*``.
+
+    Like a worker, first imports the modules the app autodiscovers (``tasks.py`` of installed
+    apps), so a web process sees the same tasks a worker does.
+    """
+    app = app or get_celery_app()
+    key = id(app)
+    if key not in _imported:
+        with _import_lock:
+            if key not in _imported:
+                app.loader.import_default_modules()
+                _imported.add(key)
+    return sorted(
+        name for name in app.tasks if not name.startswith("celery.") and not name.startswith("_")
+    )

@@ -1,0 +1,132 @@
+"""System checks with stable ids (``cluster_cron.E001`` …) for bad settings.
+
+| id                    | problem                                                            |
+|-----------------------|--------------------------------------------------------------------|
+| cluster_cron.E001     | ``CLUSTER_CRON`` is not a dict                                     |
+| cluster_cron.W001     | ``CLUSTER_CRON`` has a key the app does not know (a typo?)         |
+| cluster_cron.E002     | a setting has a value of the wrong type or range                   |
+| cluster_cron.E003     | ``RENEW_INTERVAL`` is not below half the ``LEASE_TTL``             |
+| cluster_cron.E004     | ``REDIS_ALIAS`` names no entry of ``CACHES``                        |
+| cluster_cron.E005     | the ``REDIS_ALIAS`` cache is not a django-redis cache              |
+| cluster_cron.E006     | ``CELERY_APP`` cannot be imported or is not a Celery app           |
+| cluster_cron.W002     | no Celery app is configured (``celery.current_app`` is the default)|
+| cluster_cron.E007     | ``USE_TZ`` is False                                                |
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.module_loading import import_string
+
+from .conf import DEFAULTS, SETTINGS_NAME, app_settings
+
+DJANGO_REDIS_BACKEND = "django_redis.cache.RedisCache"
+
+
+@register(Tags.compatibility)
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    raw = getattr(settings, SETTINGS_NAME, {})
+    if not isinstance(raw, Mapping):
+        return [
+            Error(
+                f"settings.{SETTINGS_NAME} must be a dict, not {type(raw).__name__}.",
+                id="cluster_cron.E001",
+            )
+        ]
+    messages: list[CheckMessage] = []
+    for key in raw:
+        if key not in DEFAULTS:
+            close = difflib.get_close_matches(str(key), DEFAULTS, n=1)
+            messages.append(
+                Warning(
+                    f"settings.{SETTINGS_NAME} has an unknown key {key!r}.",
+                    hint=f"Did you mean {close[0]!r}?" if close else "See the settings reference.",
+                    id="cluster_cron.W001",
+                )
+            )
+    bad: set[str] = set()
+    for name in DEFAULTS:
+        try:
+            app_settings.get(name)
+        except ImproperlyConfigured as exc:
+            bad.add(name)
+            messages.append(Error(str(exc), id="cluster_cron.E002"))
+    if not bad & {"LEASE_TTL", "RENEW_INTERVAL"}:
+        ttl, renew = app_settings.LEASE_TTL, app_settings.RENEW_INTERVAL
+        if renew >= ttl / 2:
+            messages.append(
+                Error(
+                    f"{SETTINGS_NAME}['RENEW_INTERVAL'] is {renew:g} s but LEASE_TTL is {ttl:g} s: "
+                    "the lease could expire before a second renewal attempt.",
+                    hint="Leave RENEW_INTERVAL unset (LEASE_TTL / 3) or make it < LEASE_TTL / 2.",
+                    id="cluster_cron.E003",
+                )
+            )
+    if "REDIS_ALIAS" not in bad:
+        messages.extend(_check_redis_alias(app_settings.REDIS_ALIAS))
+    if "CELERY_APP" not in bad:
+        messages.extend(_check_celery_app())
+    if not settings.USE_TZ:
+        messages.append(
+            Error(
+                "django-cluster-cron needs USE_TZ = True: slots are instants in UTC.",
+                id="cluster_cron.E007",
+            )
+        )
+    return messages
+
+
+def _check_redis_alias(alias: str) -> list[CheckMessage]:
+    caches = getattr(settings, "CACHES", {})
+    if alias not in caches:
+        return [
+            Error(
+                f"{SETTINGS_NAME}['REDIS_ALIAS'] is {alias!r} but CACHES has no such alias "
+                f"(it has: {', '.join(map(repr, caches)) or 'none'}).",
+                hint="Add a django-redis cache under that alias, or point REDIS_ALIAS at one.",
+                id="cluster_cron.E004",
+            )
+        ]
+    backend = caches[alias].get("BACKEND", "")
+    try:
+        backend_class = import_string(backend)
+        base = import_string(DJANGO_REDIS_BACKEND)
+        is_django_redis = isinstance(backend_class, type) and issubclass(backend_class, base)
+    except ImportError:
+        is_django_redis = False
+    if not is_django_redis:
+        return [
+            Error(
+                f"CACHES[{alias!r}] uses {backend!r}, which is not a django-redis cache; the "
+                "leader lease needs django_redis.get_redis_connection().",
+                hint=f"Set its BACKEND to {DJANGO_REDIS_BACKEND!r} (Django's built-in "
+                "RedisCache is a different backend).",
+                id="cluster_cron.E005",
+            )
+        ]
+    return []
+
+
+def _check_celery_app() -> list[CheckMessage]:
+    from .celery_app import get_celery_app
+
+    try:
+        app = get_celery_app()
+    except ImproperlyConfigured as exc:
+        return [Error(str(exc), id="cluster_cron.E006")]
+    if app_settings.CELERY_APP is None and app.main in (None, "__main__", "default"):
+        return [
+            Warning(
+                "No Celery app is configured: celery.current_app is Celery's default app.",
+                hint=f"Set {SETTINGS_NAME}['CELERY_APP'] = 'yourproject.celery:app', or import "
+                "your app in your project's __init__.py as Celery's Django guide shows.",
+                id="cluster_cron.W002",
+            )
+        ]
+    return []

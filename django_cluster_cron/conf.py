@@ -1,0 +1,246 @@
+"""The app's settings: one typed object over ``settings.CLUSTER_CRON``.
+
+Values are read at access time (so ``override_settings`` works in tests) and defaults live in
+one table, :data:`DEFAULTS`, which docs/reference/settings.md mirrors. Bad values are reported by
+the system checks in :mod:`django_cluster_cron.checks`; reading a bad value here raises
+``ImproperlyConfigured`` naming the setting.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+SETTINGS_NAME = "CLUSTER_CRON"
+NODE_ID_ENV = "CLUSTER_CRON_NODE_ID"
+
+
+def _positive_seconds(value: object) -> float:
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ValueError("a positive number of seconds (or a timedelta)")
+    return float(value)
+
+
+def _non_negative_seconds(value: object) -> float:
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ValueError("a number of seconds >= 0 (or a timedelta)")
+    return float(value)
+
+
+def _optional_seconds(value: object) -> float | None:
+    return None if value is None else _positive_seconds(value)
+
+
+def _positive_int(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError("a whole number >= 1")
+    return value
+
+
+def _non_negative_int(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError("a whole number >= 0")
+    return value
+
+
+def _text(value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError("a non-empty string")
+    return value
+
+
+def _optional_text(value: object) -> str | None:
+    return None if value is None else _text(value)
+
+
+def _choice(*choices: str) -> Callable[[object], str]:
+    def check(value: object) -> str:
+        if value not in choices:
+            raise ValueError("one of " + ", ".join(repr(c) for c in choices))
+        return str(value)
+
+    return check
+
+
+def _patterns(value: object) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise ValueError("None or a list of task name patterns such as ['myapp.tasks.*']")
+    if not all(isinstance(item, str) and item for item in value):
+        raise ValueError("None or a list of non-empty strings")
+    return tuple(value)
+
+
+@dataclass(frozen=True)
+class Setting:
+    default: Any
+    parse: Callable[[object], Any]
+    doc: str
+
+
+DEFAULTS: dict[str, Setting] = {
+    "REDIS_ALIAS": Setting(
+        "default", _text, "Cache alias (django-redis) whose Redis holds the leader lease and locks."
+    ),
+    "KEY_PREFIX": Setting("cluster_cron", _text, "Prefix of every Redis key the app writes."),
+    "CELERY_APP": Setting(
+        None,
+        _optional_text,
+        "Celery app as 'module:attribute'; None uses celery.current_app (the project's app).",
+    ),
+    "LEASE_TTL": Setting(10.0, _positive_seconds, "Leader lease time-to-live, seconds."),
+    "RENEW_INTERVAL": Setting(
+        None, _optional_seconds, "How often the leader renews its lease; None means LEASE_TTL / 3."
+    ),
+    "POLL_INTERVAL": Setting(
+        1.0, _positive_seconds, "How often a standby tries to take the lease, seconds."
+    ),
+    "BATCH_SIZE": Setting(500, _positive_int, "Due jobs planned per database round trip."),
+    "CATCHUP_POLICY": Setting(
+        "latest", _choice("all", "latest", "none"), "Default catch-up policy of new jobs."
+    ),
+    "CATCHUP_WINDOW": Setting(
+        3600.0, _positive_seconds, "Default catch-up window of new jobs, seconds."
+    ),
+    "CATCHUP_CAP": Setting(
+        10, _positive_int, "Most runs one job gets from one catch-up (policy 'all' and 'none')."
+    ),
+    "ON_TIME_GRACE": Setting(
+        60.0,
+        _non_negative_seconds,
+        "A slot dispatched within this many seconds counts as on time (trigger 'schedule').",
+    ),
+    "MISSED_RECORD_LIMIT": Setting(
+        100,
+        _non_negative_int,
+        "Most 'missed' runs recorded one by one per job and catch-up; older ones are summarised.",
+    ),
+    "OVERLAP_POLICY": Setting(
+        "allow", _choice("allow", "skip", "buffer_one"), "Default overlap policy of new jobs."
+    ),
+    "OUTBOX_REPUBLISH_AFTER": Setting(
+        30.0,
+        _positive_seconds,
+        "Re-publish a recorded run no worker picked up after this many seconds.",
+    ),
+    "TASK_ALLOWLIST": Setting(
+        None,
+        _patterns,
+        "None, or glob patterns of the Celery task names jobs may use (e.g. ['billing.*']).",
+    ),
+    "DEFAULT_QUEUE": Setting(
+        None, _optional_text, "Queue for jobs that name none; None uses Celery's routing."
+    ),
+    "RUN_RETENTION_DAYS": Setting(30, _positive_int, "prune_runs keeps this many days of runs."),
+}
+
+
+class ClusterCronSettings:
+    """Typed, read-at-access-time view of ``settings.CLUSTER_CRON``."""
+
+    @staticmethod
+    def raw() -> Mapping[str, object]:
+        value = getattr(settings, SETTINGS_NAME, {})
+        if not isinstance(value, Mapping):
+            raise ImproperlyConfigured(f"settings.{SETTINGS_NAME} must be a dict.")
+        return value
+
+    def get(self, name: str) -> Any:
+        setting = DEFAULTS[name]
+        value = self.raw().get(name, setting.default)
+        try:
+            return setting.parse(value)
+        except ValueError as exc:
+            raise ImproperlyConfigured(
+                f"settings.{SETTINGS_NAME}[{name!r}] is {value!r}; expected {exc}."
+            ) from None
+
+    @property
+    def REDIS_ALIAS(self) -> str:
+        return str(self.get("REDIS_ALIAS"))
+
+    @property
+    def KEY_PREFIX(self) -> str:
+        return str(self.get("KEY_PREFIX"))
+
+    @property
+    def CELERY_APP(self) -> str | None:
+        value: str | None = self.get("CELERY_APP")
+        return value
+
+    @property
+    def LEASE_TTL(self) -> float:
+        return float(self.get("LEASE_TTL"))
+
+    @property
+    def RENEW_INTERVAL(self) -> float:
+        value: float | None = self.get("RENEW_INTERVAL")
+        return self.LEASE_TTL / 3 if value is None else value
+
+    @property
+    def POLL_INTERVAL(self) -> float:
+        return float(self.get("POLL_INTERVAL"))
+
+    @property
+    def BATCH_SIZE(self) -> int:
+        return int(self.get("BATCH_SIZE"))
+
+    @property
+    def CATCHUP_POLICY(self) -> str:
+        return str(self.get("CATCHUP_POLICY"))
+
+    @property
+    def CATCHUP_WINDOW(self) -> timedelta:
+        return timedelta(seconds=self.get("CATCHUP_WINDOW"))
+
+    @property
+    def CATCHUP_CAP(self) -> int:
+        return int(self.get("CATCHUP_CAP"))
+
+    @property
+    def ON_TIME_GRACE(self) -> timedelta:
+        return timedelta(seconds=self.get("ON_TIME_GRACE"))
+
+    @property
+    def MISSED_RECORD_LIMIT(self) -> int:
+        return int(self.get("MISSED_RECORD_LIMIT"))
+
+    @property
+    def OVERLAP_POLICY(self) -> str:
+        return str(self.get("OVERLAP_POLICY"))
+
+    @property
+    def OUTBOX_REPUBLISH_AFTER(self) -> timedelta:
+        return timedelta(seconds=self.get("OUTBOX_REPUBLISH_AFTER"))
+
+    @property
+    def TASK_ALLOWLIST(self) -> tuple[str, ...] | None:
+        value: tuple[str, ...] | None = self.get("TASK_ALLOWLIST")
+        return value
+
+    @property
+    def DEFAULT_QUEUE(self) -> str | None:
+        value: str | None = self.get("DEFAULT_QUEUE")
+        return value
+
+    @property
+    def RUN_RETENTION_DAYS(self) -> int:
+        return int(self.get("RUN_RETENTION_DAYS"))
+
+    def task_allowed(self, name: str) -> bool:
+        patterns = self.TASK_ALLOWLIST
+        return patterns is None or any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+app_settings = ClusterCronSettings()

@@ -1,0 +1,170 @@
+"""Catch-up planning: which due slots of one job to run and which to record as missed.
+
+Pure: the caller passes ``now`` and the job's watermark; nothing here reads a clock or a database.
+
+The watermark (``JobDefinition.last_scheduled_at``) means "every slot at or before this instant
+has been decided". Slots due now are those in ``(watermark, now]``; only the ones inside the
+catch-up window ``(now - window, now]`` may run (DESIGN §4: ``from = max(last_scheduled_at,
+now - catchup_window)``). The policy picks among them:
+
+* ``all``    — run every slot in the window, at most ``cap`` (the most recent ones);
+* ``latest`` — run the most recent slot only;
+* ``none``   — run only slots that are on time (``now - slot <= grace``), at most ``cap``.
+
+Every other due slot is *missed*. The most recent ``missed_record_limit`` of them are returned one
+by one (the caller records a ``missed`` JobRun for each); older ones are summarised in a single
+:class:`UnrecordedMisses` so a long outage of an every-second job cannot explode the ledger.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from .cron import CronSchedule
+from .errors import ScheduleError
+
+
+class CatchupPolicy(str, enum.Enum):
+    ALL = "all"
+    LATEST = "latest"
+    NONE = "none"
+
+
+class Trigger(str, enum.Enum):
+    SCHEDULE = "schedule"  # on time: within ``grace`` of its slot
+    CATCHUP = "catchup"  # late: dispatched after a scheduler outage or stall
+
+
+@dataclass(frozen=True)
+class CatchupRules:
+    policy: CatchupPolicy
+    window: timedelta
+    cap: int
+    grace: timedelta
+    missed_record_limit: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.policy, CatchupPolicy):
+            object.__setattr__(self, "policy", parse_policy(self.policy))
+        if self.window <= timedelta(0):
+            raise ScheduleError("catchup_window", f"catch-up window must be positive: {self.window}.")
+        if self.grace < timedelta(0):
+            raise ScheduleError("catchup_grace", f"grace must not be negative: {self.grace}.")
+        if self.cap < 1:
+            raise ScheduleError("catchup_cap", f"catch-up cap must be at least 1, got {self.cap}.")
+        if self.missed_record_limit < 0:
+            raise ScheduleError(
+                "missed_record_limit",
+                f"missed record limit must be >= 0, got {self.missed_record_limit}.",
+            )
+
+
+def parse_policy(value: object) -> CatchupPolicy:
+    try:
+        return CatchupPolicy(value)
+    except ValueError:
+        choices = ", ".join(p.value for p in CatchupPolicy)
+        raise ScheduleError(
+            "catchup_policy", f"Unknown catch-up policy {value!r}; choose one of: {choices}."
+        ) from None
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    slot: datetime
+    trigger: Trigger
+
+
+@dataclass(frozen=True)
+class UnrecordedMisses:
+    """Due slots in ``(after, until]`` that were missed and are not recorded one by one.
+
+    ``count`` is exact when known; ``None`` when the range reaches back beyond the catch-up
+    window (those slots are not even enumerated — that is the point of a window).
+    """
+
+    after: datetime
+    until: datetime
+    count: int | None
+
+
+@dataclass(frozen=True)
+class SlotPlan:
+    runs: tuple[PlannedRun, ...]  # oldest first
+    missed: tuple[datetime, ...]  # oldest first, each to be recorded as a ``missed`` run
+    unrecorded: UnrecordedMisses | None
+    watermark: datetime  # the new ``last_scheduled_at``
+    next_run_at: datetime | None  # first slot after ``now``
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.runs and not self.missed and self.unrecorded is None
+
+
+def plan_slots(
+    schedule: CronSchedule,
+    *,
+    last_scheduled_at: datetime,
+    now: datetime,
+    rules: CatchupRules,
+) -> SlotPlan:
+    """Decide the fate of every slot of ``schedule`` in ``(last_scheduled_at, now]``."""
+    if now <= last_scheduled_at:
+        return SlotPlan((), (), None, last_scheduled_at, schedule.next_after(last_scheduled_at))
+
+    window_start = now - rules.window
+    lower = max(last_scheduled_at, window_start)
+    unrecorded: UnrecordedMisses | None = None
+    if lower > last_scheduled_at:
+        first_outside = schedule.next_after(last_scheduled_at)
+        if first_outside is not None and first_outside <= lower:
+            unrecorded = UnrecordedMisses(last_scheduled_at, lower, None)
+
+    keep = (rules.cap if rules.policy is not CatchupPolicy.LATEST else 1)
+    keep += rules.missed_record_limit
+    tail: deque[datetime] = deque(maxlen=keep)
+    dropped = 0
+    last_dropped: datetime | None = None
+    next_run_at: datetime | None = None
+    for slot in schedule.iter_after(lower):
+        if slot > now:
+            next_run_at = slot
+            break
+        if len(tail) == keep:
+            dropped += 1
+            last_dropped = tail[0]
+        tail.append(slot)
+
+    if last_dropped is not None:
+        if unrecorded is None:
+            unrecorded = UnrecordedMisses(lower, last_dropped, dropped)
+        else:  # merge: the outside-window part has no count, so neither has the whole
+            unrecorded = UnrecordedMisses(unrecorded.after, last_dropped, None)
+
+    due = list(tail)
+    if rules.policy is CatchupPolicy.ALL:
+        to_run = due[-rules.cap :]
+    elif rules.policy is CatchupPolicy.LATEST:
+        to_run = due[-1:]
+    else:
+        to_run = [slot for slot in due if now - slot <= rules.grace][-rules.cap :]
+    chosen = set(to_run)
+    missed = [slot for slot in due if slot not in chosen]
+    if len(missed) > rules.missed_record_limit:
+        # Only possible for ``none``: its runs can be fewer than ``cap``.
+        excess = missed[: len(missed) - rules.missed_record_limit]
+        missed = missed[len(excess) :]
+        if unrecorded is None:
+            unrecorded = UnrecordedMisses(lower, excess[-1], dropped + len(excess))
+        else:
+            count = None if unrecorded.count is None else unrecorded.count + len(excess)
+            unrecorded = UnrecordedMisses(unrecorded.after, excess[-1], count)
+
+    runs = tuple(
+        PlannedRun(slot, Trigger.SCHEDULE if now - slot <= rules.grace else Trigger.CATCHUP)
+        for slot in to_run
+    )
+    return SlotPlan(runs, tuple(missed), unrecorded, now, next_run_at)

@@ -1,0 +1,163 @@
+"""The catch-up planner: policies, window, cap, grace and the bound on missed records."""
+
+from datetime import datetime, timedelta, timezone
+from itertools import takewhile
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from django_cluster_cron.schedule import (
+    CatchupRules,
+    CronSchedule,
+    ScheduleError,
+    Trigger,
+    plan_slots,
+)
+
+UTC = timezone.utc
+T0 = datetime(2024, 6, 1, 12, tzinfo=UTC)
+EVERY_MINUTE = CronSchedule.parse("* * * * *", "UTC")
+EVERY_SECOND = CronSchedule.parse("* * * * * *", "UTC")
+
+
+def rules(policy="all", window=3600, cap=10, grace=60, limit=100):
+    return CatchupRules(policy, timedelta(seconds=window), cap, timedelta(seconds=grace), limit)
+
+
+def minutes(*offsets):
+    return tuple(T0 + timedelta(minutes=m) for m in offsets)
+
+
+def test_an_on_time_slot_runs_with_trigger_schedule():
+    plan = plan_slots(EVERY_MINUTE, last_scheduled_at=T0, now=T0 + timedelta(minutes=1, seconds=0.2), rules=rules())
+    assert [(r.slot, r.trigger) for r in plan.runs] == [(minutes(1)[0], Trigger.SCHEDULE)]
+    assert plan.missed == () and plan.unrecorded is None
+    assert plan.watermark == T0 + timedelta(minutes=1, seconds=0.2)
+    assert plan.next_run_at == minutes(2)[0]
+
+
+def test_nothing_due_gives_an_empty_plan_with_the_next_run():
+    plan = plan_slots(EVERY_MINUTE, last_scheduled_at=T0, now=T0 + timedelta(seconds=30), rules=rules())
+    assert plan.is_empty
+    assert plan.next_run_at == minutes(1)[0]
+
+
+def test_all_runs_every_missed_slot_in_the_window_as_catchup():
+    now = T0 + timedelta(minutes=5)
+    plan = plan_slots(EVERY_MINUTE, last_scheduled_at=T0, now=now, rules=rules("all", grace=0))
+    assert tuple(r.slot for r in plan.runs) == minutes(1, 2, 3, 4, 5)
+    assert [r.trigger for r in plan.runs] == [Trigger.CATCHUP] * 4 + [Trigger.SCHEDULE]
+    assert plan.missed == ()
+
+
+def test_all_is_capped_keeping_the_most_recent_slots():
+    now = T0 + timedelta(minutes=5)
+    plan = plan_slots(EVERY_MINUTE, last_scheduled_at=T0, now=now, rules=rules("all", cap=2))
+    assert tuple(r.slot for r in plan.runs) == minutes(4, 5)
+    assert plan.missed == minutes(1, 2, 3)
+
+
+def test_latest_runs_only_the_most_recent_slot():
+    now = T0 + timedelta(minutes=5, seconds=10)
+    plan = plan_slots(EVERY_MINUTE, last_scheduled_at=T0, now=now, rules=rules("latest"))
+    assert tuple(r.slot for r in plan.runs) == minutes(5)
+    assert plan.missed == minutes(1, 2, 3, 4)
+
+
+def test_none_runs_only_slots_within_grace():
+    now = T0 + timedelta(minutes=5, seconds=30)
+    plan = plan_slots(EVERY_MINUTE, last_scheduled_at=T0, now=now, rules=rules("none", grace=45))
+    assert tuple(r.slot for r in plan.runs) == minutes(5)
+    assert plan.missed == minutes(1, 2, 3, 4)
+    late = plan_slots(EVERY_MINUTE, last_scheduled_at=T0, now=now, rules=rules("none", grace=10))
+    assert late.runs == ()
+    assert late.missed == minutes(1, 2, 3, 4, 5)
+
+
+def test_slots_older_than_the_window_are_summarised_not_enumerated():
+    last = T0 - timedelta(days=365)  # a year of downtime
+    now = T0 + timedelta(minutes=3)
+    plan = plan_slots(EVERY_MINUTE, last_scheduled_at=last, now=now, rules=rules("all", window=300, grace=0))
+    assert tuple(r.slot for r in plan.runs) == minutes(-1, 0, 1, 2, 3)
+    assert plan.unrecorded is not None
+    assert plan.unrecorded.after == last
+    assert plan.unrecorded.until == now - timedelta(seconds=300)
+    assert plan.unrecorded.count is None
+
+
+def test_missed_records_are_bounded_and_the_rest_is_counted():
+    now = T0 + timedelta(seconds=1000)
+    plan = plan_slots(EVERY_SECOND, last_scheduled_at=T0, now=now, rules=rules("latest", limit=50))
+    assert len(plan.runs) == 1 and plan.runs[0].slot == now
+    assert len(plan.missed) == 50
+    assert plan.missed[-1] == now - timedelta(seconds=1)
+    assert plan.unrecorded is not None
+    assert plan.unrecorded.count == 1000 - 1 - 50
+    assert plan.unrecorded.after == T0
+    assert plan.unrecorded.until == plan.missed[0] - timedelta(seconds=1)
+
+
+def test_none_with_many_late_slots_still_bounds_missed_records():
+    now = T0 + timedelta(seconds=500)
+    plan = plan_slots(EVERY_SECOND, last_scheduled_at=T0, now=now, rules=rules("none", cap=5, grace=2, limit=20))
+    assert [r.slot for r in plan.runs] == [now - timedelta(seconds=s) for s in (2, 1, 0)]
+    assert len(plan.missed) == 20
+    assert plan.unrecorded is not None and plan.unrecorded.count == 500 - 3 - 20
+
+
+def test_watermark_in_the_future_plans_nothing():
+    plan = plan_slots(EVERY_MINUTE, last_scheduled_at=T0, now=T0 - timedelta(minutes=5), rules=rules())
+    assert plan.is_empty
+    assert plan.watermark == T0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"policy": "sometimes"}, "catchup_policy"),
+        ({"window": 0}, "catchup_window"),
+        ({"cap": 0}, "catchup_cap"),
+        ({"grace": -1}, "catchup_grace"),
+        ({"limit": -1}, "missed_record_limit"),
+    ],
+)
+def test_bad_rules_are_refused(kwargs, field):
+    with pytest.raises(ScheduleError) as caught:
+        rules(**kwargs)
+    assert caught.value.field == field
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    policy=st.sampled_from(["all", "latest", "none"]),
+    down=st.integers(0, 4000),
+    window=st.integers(1, 3000),
+    cap=st.integers(1, 20),
+    grace=st.integers(0, 120),
+    limit=st.integers(0, 50),
+    cron=st.sampled_from(["* * * * * *", "* * * * * */7", "*/3 * * * *", "0 * * * *"]),
+)
+def test_every_due_slot_is_decided_exactly_once(policy, down, window, cap, grace, limit, cron):
+    schedule = CronSchedule.parse(cron, "Europe/Berlin")
+    now = T0 + timedelta(seconds=down)
+    plan = plan_slots(schedule, last_scheduled_at=T0, now=now, rules=rules(policy, window, cap, grace, limit))
+    run = [r.slot for r in plan.runs]
+    decided = sorted(run + list(plan.missed))
+    assert len(set(decided)) == len(decided), "a slot is both run and missed"
+    assert len(run) <= (1 if policy == "latest" else cap)
+    assert len(plan.missed) <= limit
+    # Every due slot is either decided individually or inside the unrecorded summary.
+    due = list(takewhile(lambda t: t <= now, schedule.iter_after(T0)))
+    for slot in due:
+        if slot in decided:
+            continue
+        assert plan.unrecorded is not None
+        assert plan.unrecorded.after < slot <= plan.unrecorded.until
+    assert all(T0 < s <= now for s in decided)
+    if plan.unrecorded is not None:
+        assert all(s > plan.unrecorded.until for s in decided)
+        if plan.unrecorded.count is not None:
+            assert plan.unrecorded.count == len([s for s in due if s <= plan.unrecorded.until])
+    assert all(now - s < timedelta(seconds=window) for s in run)
+    assert plan.next_run_at == schedule.next_after(now)
