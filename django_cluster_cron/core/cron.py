@@ -279,6 +279,27 @@ class CronSchedule:
         """The first fire time after ``after`` (``None`` only if the calendar runs out)."""
         return next(self.iter_after(after), None)
 
+    def dst_note(self, instant: datetime) -> str | None:
+        """Explain a fire time that a DST change moved or that falls in a repeated hour.
+
+        ``None`` for an ordinary fire time. Used by the admin's preview of upcoming runs.
+        """
+        if is_fixed_offset(self.zone):
+            return None
+        wall = to_wall(instant, self.zone)
+        earlier = to_wall(instant - timedelta(seconds=1), self.zone)
+        if wall - earlier > timedelta(seconds=1) and not croniter.match(
+            " ".join(self.fields), wall, day_or=self.day_or
+        ):
+            return f"moved: the clock skipped from {earlier:%H:%M:%S} to {wall:%H:%M} (DST starts)"
+        if is_ambiguous(wall, self.zone):
+            if self.wall_clock:
+                return "this wall time happens twice (DST ends); the job runs at the first only"
+            local = instant.astimezone(self.zone)
+            which = "second" if to_instant(wall, self.zone, fold=1) == instant else "first"
+            return f"{which} pass of a repeated hour (DST ends, offset {local:%z})"
+        return None
+
     def _walls(self, start: datetime) -> Iterator[datetime]:
         iterator = self._croniter(start)
         while True:

@@ -104,3 +104,20 @@ def test_results_are_aware_utc_and_strictly_after_the_given_instant():
     assert got[0].tzinfo is UTC
     exact = fire_times("0 12 * * *", "UTC", utc(2024, 5, 1, 12), 1)
     assert exact == [utc(2024, 5, 2, 12)]
+
+
+def test_dst_notes_explain_moved_and_repeated_fire_times():
+    from django_cluster_cron.schedule import CronSchedule
+
+    spring = CronSchedule.parse("30 2 * * *", "America/New_York")
+    assert "moved" in spring.dst_note(utc(2024, 3, 10, 7))
+    assert spring.dst_note(utc(2024, 3, 11, 6, 30)) is None
+    fall = CronSchedule.parse("30 1 * * *", "America/New_York")
+    assert "runs at the first only" in fall.dst_note(utc(2024, 11, 3, 5, 30))
+    hourly = CronSchedule.parse("0 * * * *", "America/New_York")
+    assert hourly.dst_note(utc(2024, 11, 3, 5)).startswith("first pass")
+    assert hourly.dst_note(utc(2024, 11, 3, 6)).startswith("second pass")
+    assert hourly.dst_note(utc(2024, 11, 3, 7)) is None
+    # A fire time that lands right after the gap by its own rule is not "moved".
+    three = CronSchedule.parse("0 3 * * *", "America/New_York")
+    assert three.dst_note(utc(2024, 3, 10, 7)) is None

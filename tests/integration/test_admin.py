@@ -1,0 +1,93 @@
+"""The admin's job form shows each kind of bad input as a field-level error."""
+
+import re
+
+import pytest
+from django.urls import reverse
+
+from django_cluster_cron.models import JobDefinition, JobRun
+
+pytestmark = pytest.mark.django_db
+
+VALID = {
+    "name": "report",
+    "description": "",
+    "enabled": "on",
+    "cron": "30 2 * * *",
+    "timezone": "America/New_York",
+    "task": "tests.echo",
+    "args": "[1, 2]",
+    "kwargs": "{}",
+    "queue": "",
+    "priority": "",
+    "expires": "",
+    "catchup_policy": "latest",
+    "catchup_window": "01:00:00",
+    "overlap_policy": "allow",
+    "max_retries": "0",
+    "retry_backoff": "10",
+    "retry_backoff_max": "600",
+    "soft_time_limit": "",
+    "time_limit": "",
+}
+
+
+def post(client, **changes):
+    data = {**VALID, **changes}
+    return client.post(reverse("admin:django_cluster_cron_jobdefinition_add"), data)
+
+
+def field_errors(response, field):
+    form = response.context["adminform"].form
+    return [str(e) for e in form.errors.get(field, [])]
+
+
+def test_a_valid_job_is_created_with_its_next_run(admin_client):
+    response = post(admin_client)
+    assert response.status_code == 302, response.context and response.context["adminform"].form.errors
+    job = JobDefinition.objects.get(name="report")
+    assert job.args == [1, 2] and job.next_run_at is not None
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "words"),
+    [
+        ("cron", "99 * * * *", "minute field: '99' — 99 is out of range 0-59"),
+        ("cron", "0 0 30 2 *", "never fires"),
+        ("cron", "@reboot", "not a time schedule"),
+        ("timezone", "Atlantis/Capital", "Unknown time zone"),
+        ("task", "tests.missing", "not registered"),
+        ("task", "celery.chord_unlock", "Celery's internal tasks"),
+        ("args", "{\"a\": 1}", "must be a JSON list"),
+        ("args", "[1, 2", "Enter a valid JSON"),
+        ("kwargs", "[]", "must be a JSON object"),
+        ("catchup_policy", "sometimes", "Select a valid choice"),
+        ("catchup_window", "banana", "Enter a valid duration"),
+        ("soft_time_limit", "100", "must be below the hard limit"),
+    ],
+)
+def test_bad_input_shows_a_clear_error_on_its_field(admin_client, field, value, words):
+    extra = {"time_limit": "50"} if field == "soft_time_limit" else {}
+    response = post(admin_client, **{field: value}, **extra)
+    assert response.status_code == 200
+    errors = field_errors(response, field)
+    assert any(words in e for e in errors), errors
+    assert words.split("'")[0] in response.content.decode()
+    assert not JobDefinition.objects.exists()
+
+
+def test_the_change_page_previews_the_next_ten_runs_in_the_job_zone(admin_client):
+    post(admin_client, cron="30 2 * * *")
+    job = JobDefinition.objects.get()
+    page = admin_client.get(reverse("admin:django_cluster_cron_jobdefinition_change", args=[job.pk]))
+    html = page.content.decode()
+    assert page.status_code == 200
+    assert "Next 10 runs" in html
+    assert len(re.findall(r"<td>\w{3} \d{4}-\d\d-\d\d 0[23]:[03]0:00 E[SD]T</td>", html)) == 10
+
+
+def test_the_run_ledger_is_read_only(admin_client):
+    response = admin_client.get(reverse("admin:django_cluster_cron_jobrun_changelist"))
+    assert response.status_code == 200
+    assert admin_client.get(reverse("admin:django_cluster_cron_jobrun_add")).status_code == 403
+    assert not JobRun.objects.exists()
