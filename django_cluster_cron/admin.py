@@ -37,6 +37,10 @@ def _task_choices(current: str | None) -> list[tuple[str, str]]:
     return [("", "---------"), *choices]
 
 
+def _help_text(field: str) -> str:
+    return str(getattr(JobDefinition._meta.get_field(field), "help_text", ""))
+
+
 def _timezone_choices() -> list[tuple[str, str]]:
     return [(name, name) for name in sorted(available_timezones())]
 
@@ -44,7 +48,27 @@ def _timezone_choices() -> list[tuple[str, str]]:
 class JobDefinitionForm(forms.ModelForm):  # type: ignore[type-arg]
     class Meta:
         model = JobDefinition
-        fields = "__all__"
+        fields = (
+            "name",
+            "description",
+            "enabled",
+            "cron",
+            "timezone",
+            "task",
+            "args",
+            "kwargs",
+            "queue",
+            "priority",
+            "expires",
+            "catchup_policy",
+            "catchup_window",
+            "overlap_policy",
+            "max_retries",
+            "retry_backoff",
+            "retry_backoff_max",
+            "soft_time_limit",
+            "time_limit",
+        )
         widgets = {  # noqa: RUF012
             "args": forms.Textarea(attrs={"rows": 2, "cols": 60}),
             "kwargs": forms.Textarea(attrs={"rows": 3, "cols": 60}),
@@ -56,13 +80,13 @@ class JobDefinitionForm(forms.ModelForm):  # type: ignore[type-arg]
         current_task = self.instance.task if self.instance else None
         self.fields["task"] = forms.ChoiceField(
             choices=_task_choices(self.data.get("task") or current_task),
-            help_text=JobDefinition._meta.get_field("task").help_text,
+            help_text=_help_text("task"),
         )
         self.fields["timezone"] = forms.ChoiceField(
             choices=_timezone_choices()
             + ([] if not self.data.get("timezone") else [(self.data["timezone"],) * 2]),
             initial="UTC",
-            help_text=JobDefinition._meta.get_field("timezone").help_text,
+            help_text=_help_text("timezone"),
         )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from typing import cast
 
 from celery import Celery
 from django.core.exceptions import ImproperlyConfigured
@@ -20,8 +21,8 @@ def get_celery_app() -> Celery:
     if path is None:
         from celery import current_app
 
-        app: Celery = current_app._get_current_object()
-        return app
+        # Unwrap the proxy: callers cache per app object.
+        return cast(Celery, current_app._get_current_object())  # type: ignore[attr-defined]
     dotted = path.replace(":", ".")
     try:
         candidate = import_string(dotted)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Collection
 from datetime import datetime, timedelta
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
@@ -53,13 +54,12 @@ def parse_schedule(cron: str, tz: str) -> CronSchedule:
 
 class JobQuerySet(models.QuerySet["JobDefinition"]):
     def live(self) -> JobQuerySet:
-        return self.filter(deleted_at__isnull=True)
+        return cast(JobQuerySet, self.filter(deleted_at__isnull=True))
 
     def due(self, now: datetime) -> JobQuerySet:
         """Enabled, live jobs whose next slot has come — served by the ``due`` partial index."""
-        return self.filter(enabled=True, deleted_at__isnull=True, next_run_at__lte=now).order_by(
-            "next_run_at"
-        )
+        due = self.filter(enabled=True, deleted_at__isnull=True, next_run_at__lte=now)
+        return cast(JobQuerySet, due.order_by("next_run_at"))
 
 
 class LiveJobManager(models.Manager["JobDefinition"]):
@@ -178,11 +178,32 @@ class JobDefinition(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    # -- persistence -----------------------------------------------------------------------
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        update_fields = kwargs.get("update_fields")
+        if self._schedule_changed():
+            self.restart_schedule()
+            if update_fields is not None:
+                kwargs["update_fields"] = {*update_fields, *BOOKKEEPING_FIELDS}
+        elif update_fields is None and not self._state.adding:
+            # An edit that leaves the schedule alone must not write back the bookkeeping it
+            # loaded earlier: the scheduler may have advanced it since.
+            kwargs["update_fields"] = [
+                f.name
+                for f in self._meta.concrete_fields
+                if not f.primary_key and f.name not in BOOKKEEPING_FIELDS
+            ]
+        super().save(*args, **kwargs)
+        self._loaded = {f: getattr(self, f) for f in SCHEDULE_FIELDS}
+
     # -- change tracking ------------------------------------------------------------------
 
     @classmethod
-    def from_db(cls, db: str | None, field_names: Any, values: Any) -> JobDefinition:
-        instance = super().from_db(db, field_names, values)
+    def from_db(
+        cls, db: str | None, field_names: Collection[str], values: Collection[Any], **kwargs: Any
+    ) -> JobDefinition:
+        instance = cast(JobDefinition, super().from_db(db, field_names, values, **kwargs))
         instance._loaded = {f: getattr(instance, f) for f in SCHEDULE_FIELDS if f in field_names}
         return instance
 
@@ -264,32 +285,16 @@ class JobDefinition(models.Model):
                     f"limit ({self.time_limit} s) so the task can clean up before it is killed."
                 )
             )
-        if self.retry_backoff_max is not None and self.retry_backoff is not None:
-            if self.retry_backoff_max < self.retry_backoff:
-                errors.setdefault("retry_backoff_max", []).append(
-                    ValidationError("The maximum backoff must not be below the first backoff.")
-                )
+        if (
+            self.retry_backoff_max is not None
+            and self.retry_backoff is not None
+            and self.retry_backoff_max < self.retry_backoff
+        ):
+            errors.setdefault("retry_backoff_max", []).append(
+                ValidationError("The maximum backoff must not be below the first backoff.")
+            )
         if errors:
             raise ValidationError(errors)
-
-    # -- persistence -----------------------------------------------------------------------
-
-    def save(self, *args: Any, **kwargs: Any) -> None:
-        update_fields = kwargs.get("update_fields")
-        if self._schedule_changed():
-            self.restart_schedule()
-            if update_fields is not None:
-                kwargs["update_fields"] = {*update_fields, *BOOKKEEPING_FIELDS}
-        elif update_fields is None and not self._state.adding:
-            # An edit that leaves the schedule alone must not write back the bookkeeping it
-            # loaded earlier: the scheduler may have advanced it since.
-            kwargs["update_fields"] = [
-                f.name
-                for f in self._meta.concrete_fields
-                if not f.primary_key and f.name not in BOOKKEEPING_FIELDS
-            ]
-        super().save(*args, **kwargs)
-        self._loaded = {f: getattr(self, f) for f in SCHEDULE_FIELDS}
 
     def pause(self) -> None:
         self.enabled = False

@@ -82,7 +82,7 @@ def _json_size(value: object) -> int:
 def clean_args(value: object) -> None:
     if not isinstance(value, list):
         raise ValidationError(
-            f"Arguments must be a JSON list such as [1, \"a\"], not a JSON {_json_type(value)}.",
+            f'Arguments must be a JSON list such as [1, "a"], not a JSON {_json_type(value)}.',
             code="invalid_args",
         )
     _check_size("Arguments", value)
@@ -91,7 +91,7 @@ def clean_args(value: object) -> None:
 def clean_kwargs(value: object) -> None:
     if not isinstance(value, Mapping):
         raise ValidationError(
-            "Keyword arguments must be a JSON object such as {\"key\": 1}, not a JSON "
+            'Keyword arguments must be a JSON object such as {"key": 1}, not a JSON '
             f"{_json_type(value)}.",
             code="invalid_kwargs",
         )
@@ -135,11 +135,9 @@ def clean_catchup_window(schedule: CronSchedule | None, window: timedelta, now: 
         raise ValidationError("The catch-up window must be longer than zero.", code="invalid")
     if schedule is None:
         return
-    count = 0
-    for slot in schedule.iter_after(now - window):
+    for count, slot in enumerate(schedule.iter_after(now - window), start=1):
         if slot > now:
             return
-        count += 1
         if count > MAX_SLOTS_IN_WINDOW:
             raise ValidationError(
                 f"A window of {window} holds more than {MAX_SLOTS_IN_WINDOW:,} slots of this "

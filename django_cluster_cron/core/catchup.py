@@ -47,10 +47,12 @@ class CatchupRules:
     missed_record_limit: int
 
     def __post_init__(self) -> None:
-        if not isinstance(self.policy, CatchupPolicy):
-            object.__setattr__(self, "policy", parse_policy(self.policy))
+        # Accept the plain string a model field holds; store the enum member.
+        object.__setattr__(self, "policy", parse_policy(self.policy))
         if self.window <= timedelta(0):
-            raise ScheduleError("catchup_window", f"catch-up window must be positive: {self.window}.")
+            raise ScheduleError(
+                "catchup_window", f"catch-up window must be positive: {self.window}."
+            )
         if self.grace < timedelta(0):
             raise ScheduleError("catchup_grace", f"grace must not be negative: {self.grace}.")
         if self.cap < 1:
@@ -123,7 +125,7 @@ def plan_slots(
         if first_outside is not None and first_outside <= lower:
             unrecorded = UnrecordedMisses(last_scheduled_at, lower, None)
 
-    keep = (rules.cap if rules.policy is not CatchupPolicy.LATEST else 1)
+    keep = rules.cap if rules.policy is not CatchupPolicy.LATEST else 1
     keep += rules.missed_record_limit
     tail: deque[datetime] = deque(maxlen=keep)
     dropped = 0

@@ -173,8 +173,7 @@ def normalize(expression: object) -> tuple[str, ...]:
         raise _fail("Cron expression is empty.")
     if len(text) > MAX_EXPRESSION_LENGTH:
         raise _fail(
-            f"Cron expression is {len(text)} characters long; the limit is "
-            f"{MAX_EXPRESSION_LENGTH}."
+            f"Cron expression is {len(text)} characters long; the limit is {MAX_EXPRESSION_LENGTH}."
         )
     if not _PRINTABLE.fullmatch(text):
         raise _fail(f"Cron expression {text!r} contains characters outside printable ASCII.")
@@ -192,7 +191,7 @@ def normalize(expression: object) -> tuple[str, ...]:
             f"Cron expression {expression.strip()!r} has {len(fields)} fields; expected 5 "
             "(minute hour day-of-month month day-of-week) or 6 (the same plus seconds last)."
         )
-    for spec, part in zip(_FIELDS, written):
+    for spec, part in zip(_FIELDS, written, strict=False):
         _check_field(spec, part)
     dom, dow = fields[2], fields[4]
     if (("#" in dow) or ("l" in dow)) and dom != "*":

@@ -33,7 +33,9 @@ def available_timezones() -> frozenset[str]:
 def get_zone(name: str) -> zoneinfo.ZoneInfo:
     """Return the zone called ``name`` or raise ``ScheduleError(field="timezone")``."""
     if not isinstance(name, str) or not name.strip():
-        raise ScheduleError("timezone", "Time zone is empty: give an IANA name such as 'Europe/Berlin'.")
+        raise ScheduleError(
+            "timezone", "Time zone is empty: give an IANA name such as 'Europe/Berlin'."
+        )
     if name != name.strip():
         raise ScheduleError("timezone", f"Time zone {name!r} has leading or trailing spaces.")
     if len(name) > _MAX_ZONE_KEY or not _ZONE_KEY.match(name):

@@ -3,89 +3,308 @@
 import django.core.validators
 import django.db.models.deletion
 import django.db.models.manager
-import django_cluster_cron.models
 from django.db import migrations, models
+
+import django_cluster_cron.models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='JobDefinition',
+            name="JobDefinition",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(help_text='Unique name operators know the job by.', max_length=200)),
-                ('description', models.TextField(blank=True)),
-                ('cron', models.CharField(help_text="5 fields (minute hour day-of-month month day-of-week), an optional 6th for seconds, or an alias such as @daily. Evaluated in the job's time zone.", max_length=200)),
-                ('timezone', models.CharField(default='UTC', help_text='IANA time zone name, e.g. Europe/Berlin.', max_length=64)),
-                ('task', models.CharField(help_text='Registered Celery task name.', max_length=200)),
-                ('args', models.JSONField(blank=True, default=list, help_text='JSON list of positional args.')),
-                ('kwargs', models.JSONField(blank=True, default=dict, help_text='JSON object of keyword args.')),
-                ('enabled', models.BooleanField(default=True, help_text='Paused jobs keep their history; resuming does not catch up.')),
-                ('queue', models.CharField(blank=True, help_text="Celery queue; empty uses the project's routing.", max_length=200)),
-                ('priority', models.PositiveSmallIntegerField(blank=True, help_text='Message priority (broker-specific range; RabbitMQ 0-255, Redis 0-9).', null=True, validators=[django.core.validators.MaxValueValidator(255)])),
-                ('expires', models.PositiveIntegerField(blank=True, help_text="Seconds after its slot a run's message is discarded if no worker took it.", null=True, validators=[django.core.validators.MinValueValidator(1)])),
-                ('catchup_policy', models.CharField(choices=[('all', 'all — run every missed slot in the window (capped)'), ('latest', 'latest — run only the most recent missed slot'), ('none', 'none — run only slots that are on time')], default=django_cluster_cron.models.default_catchup_policy, max_length=16)),
-                ('catchup_window', models.DurationField(default=django_cluster_cron.models.default_catchup_window, help_text='How far back missed slots are considered after an outage.')),
-                ('overlap_policy', models.CharField(choices=[('allow', 'allow — runs may overlap'), ('skip', 'skip — skip a slot while the previous run is queued or running'), ('buffer_one', 'buffer one — keep at most one run waiting')], default=django_cluster_cron.models.default_overlap_policy, max_length=16)),
-                ('max_retries', models.PositiveSmallIntegerField(default=0, help_text='Retries after a failure.', validators=[django.core.validators.MaxValueValidator(100)])),
-                ('retry_backoff', models.FloatField(default=10.0, help_text='Seconds before the first retry; doubles each attempt (with jitter).', validators=[django.core.validators.MinValueValidator(0.0)])),
-                ('retry_backoff_max', models.FloatField(default=600.0, help_text='Upper bound, seconds.', validators=[django.core.validators.MinValueValidator(0.0)])),
-                ('soft_time_limit', models.PositiveIntegerField(blank=True, help_text='Seconds.', null=True, validators=[django.core.validators.MinValueValidator(1)])),
-                ('time_limit', models.PositiveIntegerField(blank=True, help_text='Hard limit, seconds.', null=True, validators=[django.core.validators.MinValueValidator(1)])),
-                ('next_run_at', models.DateTimeField(blank=True, editable=False, null=True)),
-                ('last_scheduled_at', models.DateTimeField(blank=True, editable=False, null=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('deleted_at', models.DateTimeField(blank=True, editable=False, null=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "name",
+                    models.CharField(
+                        help_text="Unique name operators know the job by.", max_length=200
+                    ),
+                ),
+                ("description", models.TextField(blank=True)),
+                (
+                    "cron",
+                    models.CharField(
+                        help_text="5 fields (minute hour day-of-month month day-of-week), an optional 6th for seconds, or an alias such as @daily. Evaluated in the job's time zone.",
+                        max_length=200,
+                    ),
+                ),
+                (
+                    "timezone",
+                    models.CharField(
+                        default="UTC",
+                        help_text="IANA time zone name, e.g. Europe/Berlin.",
+                        max_length=64,
+                    ),
+                ),
+                (
+                    "task",
+                    models.CharField(help_text="Registered Celery task name.", max_length=200),
+                ),
+                (
+                    "args",
+                    models.JSONField(
+                        blank=True, default=list, help_text="JSON list of positional args."
+                    ),
+                ),
+                (
+                    "kwargs",
+                    models.JSONField(
+                        blank=True, default=dict, help_text="JSON object of keyword args."
+                    ),
+                ),
+                (
+                    "enabled",
+                    models.BooleanField(
+                        default=True,
+                        help_text="Paused jobs keep their history; resuming does not catch up.",
+                    ),
+                ),
+                (
+                    "queue",
+                    models.CharField(
+                        blank=True,
+                        help_text="Celery queue; empty uses the project's routing.",
+                        max_length=200,
+                    ),
+                ),
+                (
+                    "priority",
+                    models.PositiveSmallIntegerField(
+                        blank=True,
+                        help_text="Message priority (broker-specific range; RabbitMQ 0-255, Redis 0-9).",
+                        null=True,
+                        validators=[django.core.validators.MaxValueValidator(255)],
+                    ),
+                ),
+                (
+                    "expires",
+                    models.PositiveIntegerField(
+                        blank=True,
+                        help_text="Seconds after its slot a run's message is discarded if no worker took it.",
+                        null=True,
+                        validators=[django.core.validators.MinValueValidator(1)],
+                    ),
+                ),
+                (
+                    "catchup_policy",
+                    models.CharField(
+                        choices=[
+                            ("all", "all — run every missed slot in the window (capped)"),
+                            ("latest", "latest — run only the most recent missed slot"),
+                            ("none", "none — run only slots that are on time"),
+                        ],
+                        default=django_cluster_cron.models.default_catchup_policy,
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "catchup_window",
+                    models.DurationField(
+                        default=django_cluster_cron.models.default_catchup_window,
+                        help_text="How far back missed slots are considered after an outage.",
+                    ),
+                ),
+                (
+                    "overlap_policy",
+                    models.CharField(
+                        choices=[
+                            ("allow", "allow — runs may overlap"),
+                            (
+                                "skip",
+                                "skip — skip a slot while the previous run is queued or running",
+                            ),
+                            ("buffer_one", "buffer one — keep at most one run waiting"),
+                        ],
+                        default=django_cluster_cron.models.default_overlap_policy,
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "max_retries",
+                    models.PositiveSmallIntegerField(
+                        default=0,
+                        help_text="Retries after a failure.",
+                        validators=[django.core.validators.MaxValueValidator(100)],
+                    ),
+                ),
+                (
+                    "retry_backoff",
+                    models.FloatField(
+                        default=10.0,
+                        help_text="Seconds before the first retry; doubles each attempt (with jitter).",
+                        validators=[django.core.validators.MinValueValidator(0.0)],
+                    ),
+                ),
+                (
+                    "retry_backoff_max",
+                    models.FloatField(
+                        default=600.0,
+                        help_text="Upper bound, seconds.",
+                        validators=[django.core.validators.MinValueValidator(0.0)],
+                    ),
+                ),
+                (
+                    "soft_time_limit",
+                    models.PositiveIntegerField(
+                        blank=True,
+                        help_text="Seconds.",
+                        null=True,
+                        validators=[django.core.validators.MinValueValidator(1)],
+                    ),
+                ),
+                (
+                    "time_limit",
+                    models.PositiveIntegerField(
+                        blank=True,
+                        help_text="Hard limit, seconds.",
+                        null=True,
+                        validators=[django.core.validators.MinValueValidator(1)],
+                    ),
+                ),
+                ("next_run_at", models.DateTimeField(blank=True, editable=False, null=True)),
+                ("last_scheduled_at", models.DateTimeField(blank=True, editable=False, null=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                ("deleted_at", models.DateTimeField(blank=True, editable=False, null=True)),
             ],
             options={
-                'verbose_name': 'job',
-                'ordering': ['name'],
-                'base_manager_name': 'all_objects',
-                'indexes': [models.Index(condition=models.Q(('deleted_at__isnull', True), ('enabled', True)), fields=['next_run_at'], name='cluster_cron_job_due')],
-                'constraints': [models.UniqueConstraint(condition=models.Q(('deleted_at__isnull', True)), fields=('name',), name='cluster_cron_job_name_unique', violation_error_message='A job with this name already exists.')],
+                "verbose_name": "job",
+                "ordering": ["name"],
+                "base_manager_name": "all_objects",
+                "indexes": [
+                    models.Index(
+                        condition=models.Q(("deleted_at__isnull", True), ("enabled", True)),
+                        fields=["next_run_at"],
+                        name="cluster_cron_job_due",
+                    )
+                ],
+                "constraints": [
+                    models.UniqueConstraint(
+                        condition=models.Q(("deleted_at__isnull", True)),
+                        fields=("name",),
+                        name="cluster_cron_job_name_unique",
+                        violation_error_message="A job with this name already exists.",
+                    )
+                ],
             },
             managers=[
-                ('objects', django.db.models.manager.Manager()),
-                ('all_objects', django.db.models.manager.Manager()),
+                ("objects", django.db.models.manager.Manager()),
+                ("all_objects", django.db.models.manager.Manager()),
             ],
         ),
         migrations.CreateModel(
-            name='JobRun',
+            name="JobRun",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('scheduled_for', models.DateTimeField(help_text='The slot (UTC).')),
-                ('status', models.CharField(choices=[('pending', 'pending'), ('queued', 'queued'), ('running', 'running'), ('success', 'success'), ('failed', 'failed'), ('retrying', 'retrying'), ('missed', 'missed'), ('skipped', 'skipped'), ('cancelled', 'cancelled')], default='pending', max_length=16)),
-                ('task_id', models.CharField(max_length=255, unique=True)),
-                ('trigger', models.CharField(choices=[('schedule', 'schedule'), ('catchup', 'catch-up'), ('manual', 'manual'), ('backfill', 'backfill')], max_length=16)),
-                ('attempt', models.PositiveIntegerField(default=1)),
-                ('dispatched_by', models.CharField(blank=True, help_text='Scheduler node id.', max_length=255)),
-                ('epoch', models.BigIntegerField(blank=True, help_text='Leader fencing epoch.', null=True)),
-                ('queued_at', models.DateTimeField(blank=True, null=True)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('duration', models.DurationField(blank=True, null=True)),
-                ('worker', models.CharField(blank=True, help_text='Worker hostname and pid.', max_length=255)),
-                ('reason', models.CharField(blank=True, help_text='Why the run was missed, skipped or cancelled.', max_length=255)),
-                ('result', models.TextField(blank=True, help_text="Short repr of the task's return value.")),
-                ('error', models.TextField(blank=True)),
-                ('traceback', models.TextField(blank=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('job', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='runs', to='django_cluster_cron.jobdefinition')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("scheduled_for", models.DateTimeField(help_text="The slot (UTC).")),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("pending", "pending"),
+                            ("queued", "queued"),
+                            ("running", "running"),
+                            ("success", "success"),
+                            ("failed", "failed"),
+                            ("retrying", "retrying"),
+                            ("missed", "missed"),
+                            ("skipped", "skipped"),
+                            ("cancelled", "cancelled"),
+                        ],
+                        default="pending",
+                        max_length=16,
+                    ),
+                ),
+                ("task_id", models.CharField(max_length=255, unique=True)),
+                (
+                    "trigger",
+                    models.CharField(
+                        choices=[
+                            ("schedule", "schedule"),
+                            ("catchup", "catch-up"),
+                            ("manual", "manual"),
+                            ("backfill", "backfill"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                ("attempt", models.PositiveIntegerField(default=1)),
+                (
+                    "dispatched_by",
+                    models.CharField(blank=True, help_text="Scheduler node id.", max_length=255),
+                ),
+                (
+                    "epoch",
+                    models.BigIntegerField(
+                        blank=True, help_text="Leader fencing epoch.", null=True
+                    ),
+                ),
+                ("queued_at", models.DateTimeField(blank=True, null=True)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                ("duration", models.DurationField(blank=True, null=True)),
+                (
+                    "worker",
+                    models.CharField(
+                        blank=True, help_text="Worker hostname and pid.", max_length=255
+                    ),
+                ),
+                (
+                    "reason",
+                    models.CharField(
+                        blank=True,
+                        help_text="Why the run was missed, skipped or cancelled.",
+                        max_length=255,
+                    ),
+                ),
+                (
+                    "result",
+                    models.TextField(
+                        blank=True, help_text="Short repr of the task's return value."
+                    ),
+                ),
+                ("error", models.TextField(blank=True)),
+                ("traceback", models.TextField(blank=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "job",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="runs",
+                        to="django_cluster_cron.jobdefinition",
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'run',
-                'ordering': ['-scheduled_for'],
-                'get_latest_by': 'scheduled_for',
-                'indexes': [models.Index(fields=['status', 'scheduled_for'], name='cluster_cron_run_status'), models.Index(fields=['-scheduled_for'], name='cluster_cron_run_recent')],
-                'constraints': [models.UniqueConstraint(fields=('job', 'scheduled_for'), name='cluster_cron_run_one_per_slot')],
+                "verbose_name": "run",
+                "ordering": ["-scheduled_for"],
+                "get_latest_by": "scheduled_for",
+                "indexes": [
+                    models.Index(
+                        fields=["status", "scheduled_for"], name="cluster_cron_run_status"
+                    ),
+                    models.Index(fields=["-scheduled_for"], name="cluster_cron_run_recent"),
+                ],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("job", "scheduled_for"), name="cluster_cron_run_one_per_slot"
+                    )
+                ],
             },
         ),
     ]

@@ -44,9 +44,12 @@ def field_errors(response, field):
 
 def test_a_valid_job_is_created_with_its_next_run(admin_client):
     response = post(admin_client)
-    assert response.status_code == 302, response.context and response.context["adminform"].form.errors
+    assert response.status_code == 302, (
+        response.context and response.context["adminform"].form.errors
+    )
     job = JobDefinition.objects.get(name="report")
-    assert job.args == [1, 2] and job.next_run_at is not None
+    assert job.args == [1, 2]
+    assert job.next_run_at is not None
 
 
 @pytest.mark.parametrize(
@@ -58,7 +61,7 @@ def test_a_valid_job_is_created_with_its_next_run(admin_client):
         ("timezone", "Atlantis/Capital", "Unknown time zone"),
         ("task", "tests.missing", "not registered"),
         ("task", "celery.chord_unlock", "Celery's internal tasks"),
-        ("args", "{\"a\": 1}", "must be a JSON list"),
+        ("args", '{"a": 1}', "must be a JSON list"),
         ("args", "[1, 2", "Enter a valid JSON"),
         ("kwargs", "[]", "must be a JSON object"),
         ("catchup_policy", "sometimes", "Select a valid choice"),
@@ -79,7 +82,9 @@ def test_bad_input_shows_a_clear_error_on_its_field(admin_client, field, value, 
 def test_the_change_page_previews_the_next_ten_runs_in_the_job_zone(admin_client):
     post(admin_client, cron="30 2 * * *")
     job = JobDefinition.objects.get()
-    page = admin_client.get(reverse("admin:django_cluster_cron_jobdefinition_change", args=[job.pk]))
+    page = admin_client.get(
+        reverse("admin:django_cluster_cron_jobdefinition_change", args=[job.pk])
+    )
     html = page.content.decode()
     assert page.status_code == 200
     assert "Next 10 runs" in html

@@ -14,7 +14,13 @@ UTC = timezone.utc
 
 
 def make_job(**overrides):
-    values = {"name": "nightly", "cron": "30 2 * * *", "timezone": "Europe/Berlin", "task": "tests.add", "args": [1, 2]}
+    values = {
+        "name": "nightly",
+        "cron": "30 2 * * *",
+        "timezone": "Europe/Berlin",
+        "task": "tests.add",
+        "args": [1, 2],
+    }
     values.update(overrides)
     job = JobDefinition(**values)
     job.full_clean()
@@ -50,8 +56,16 @@ def errors_of(**overrides):
         ({"catchup_policy": "sometimes"}, "catchup_policy", "is not a valid choice"),
         ({"overlap_policy": "never"}, "overlap_policy", "is not a valid choice"),
         ({"catchup_window": timedelta(0)}, "catchup_window", "longer than zero"),
-        ({"cron": "* * * * * *", "catchup_window": timedelta(days=1)}, "catchup_window", "more than 10,000 slots"),
-        ({"soft_time_limit": 60, "time_limit": 30}, "soft_time_limit", "must be below the hard limit"),
+        (
+            {"cron": "* * * * * *", "catchup_window": timedelta(days=1)},
+            "catchup_window",
+            "more than 10,000 slots",
+        ),
+        (
+            {"soft_time_limit": 60, "time_limit": 30},
+            "soft_time_limit",
+            "must be below the hard limit",
+        ),
         ({"priority": 300}, "priority", "less than or equal to 255"),
     ],
 )
@@ -95,9 +109,12 @@ def test_pausing_clears_next_run_and_resuming_restarts_from_now_without_catch_up
     job = make_job(cron="* * * * *")
     job.pause()
     job.refresh_from_db()
-    assert job.enabled is False and job.next_run_at is None
+    assert job.enabled is False
+    assert job.next_run_at is None
     # Pretend the job was paused long ago.
-    JobDefinition.objects.filter(pk=job.pk).update(last_scheduled_at=datetime(2020, 1, 1, tzinfo=UTC))
+    JobDefinition.objects.filter(pk=job.pk).update(
+        last_scheduled_at=datetime(2020, 1, 1, tzinfo=UTC)
+    )
     job.refresh_from_db()
     job.resume()
     job.refresh_from_db()
@@ -114,7 +131,8 @@ def test_an_edit_that_keeps_the_schedule_does_not_overwrite_scheduler_bookkeepin
     job.save()  # ... and the operator saves a stale copy.
     job.refresh_from_db()
     assert job.description == "edited in the admin"
-    assert job.next_run_at == advanced and job.last_scheduled_at == advanced
+    assert job.next_run_at == advanced
+    assert job.last_scheduled_at == advanced
 
 
 def test_soft_delete_hides_the_job_frees_its_name_and_restore_brings_it_back():
@@ -129,7 +147,8 @@ def test_soft_delete_hides_the_job_frees_its_name_and_restore_brings_it_back():
     restored = JobDefinition.all_objects.get(pk=job.pk)
     restored.restore()
     restored.refresh_from_db()
-    assert restored.deleted_at is None and restored.next_run_at is not None
+    assert restored.deleted_at is None
+    assert restored.next_run_at is not None
 
 
 def test_two_live_jobs_cannot_share_a_name():
@@ -142,15 +161,21 @@ def test_a_row_with_bad_data_saved_without_validation_stays_out_of_the_due_index
     job = JobDefinition(name="raw", cron="not a cron", timezone="UTC", task="tests.add")
     job.save()
     assert job.next_run_at is None
-    assert not JobDefinition.objects.due(datetime(2100, 1, 1, tzinfo=UTC)).filter(pk=job.pk).exists()
+    assert (
+        not JobDefinition.objects.due(datetime(2100, 1, 1, tzinfo=UTC)).filter(pk=job.pk).exists()
+    )
 
 
 def test_one_run_per_job_and_slot_is_enforced_by_the_database():
     job = make_job()
     slot = datetime(2024, 1, 1, tzinfo=UTC)
-    JobRun.objects.create(job=job, scheduled_for=slot, task_id=job.task_id_for(slot), trigger=RunTrigger.SCHEDULE)
+    JobRun.objects.create(
+        job=job, scheduled_for=slot, task_id=job.task_id_for(slot), trigger=RunTrigger.SCHEDULE
+    )
     with pytest.raises(IntegrityError), transaction.atomic():
-        JobRun.objects.create(job=job, scheduled_for=slot, task_id="other-id", trigger=RunTrigger.CATCHUP)
+        JobRun.objects.create(
+            job=job, scheduled_for=slot, task_id="other-id", trigger=RunTrigger.CATCHUP
+        )
     assert JobRun.objects.get().status == RunStatus.PENDING
 
 
@@ -158,8 +183,13 @@ def test_selecting_due_jobs_is_one_query_whatever_the_number_of_jobs():
     now = datetime(2100, 1, 1, tzinfo=UTC)
     for count in (5, 50):
         JobDefinition.objects.bulk_create(
-            JobDefinition(name=f"j{count}-{i}", cron="* * * * *", timezone="UTC", task="tests.add",
-                          next_run_at=now + timedelta(days=1))
+            JobDefinition(
+                name=f"j{count}-{i}",
+                cron="* * * * *",
+                timezone="UTC",
+                task="tests.add",
+                next_run_at=now + timedelta(days=1),
+            )
             for i in range(count)
         )
         with CaptureQueriesContext(connection) as queries:

@@ -30,15 +30,23 @@ def minutes(*offsets):
 
 
 def test_an_on_time_slot_runs_with_trigger_schedule():
-    plan = plan_slots(EVERY_MINUTE, last_scheduled_at=T0, now=T0 + timedelta(minutes=1, seconds=0.2), rules=rules())
+    plan = plan_slots(
+        EVERY_MINUTE,
+        last_scheduled_at=T0,
+        now=T0 + timedelta(minutes=1, seconds=0.2),
+        rules=rules(),
+    )
     assert [(r.slot, r.trigger) for r in plan.runs] == [(minutes(1)[0], Trigger.SCHEDULE)]
-    assert plan.missed == () and plan.unrecorded is None
+    assert plan.missed == ()
+    assert plan.unrecorded is None
     assert plan.watermark == T0 + timedelta(minutes=1, seconds=0.2)
     assert plan.next_run_at == minutes(2)[0]
 
 
 def test_nothing_due_gives_an_empty_plan_with_the_next_run():
-    plan = plan_slots(EVERY_MINUTE, last_scheduled_at=T0, now=T0 + timedelta(seconds=30), rules=rules())
+    plan = plan_slots(
+        EVERY_MINUTE, last_scheduled_at=T0, now=T0 + timedelta(seconds=30), rules=rules()
+    )
     assert plan.is_empty
     assert plan.next_run_at == minutes(1)[0]
 
@@ -78,7 +86,9 @@ def test_none_runs_only_slots_within_grace():
 def test_slots_older_than_the_window_are_summarised_not_enumerated():
     last = T0 - timedelta(days=365)  # a year of downtime
     now = T0 + timedelta(minutes=3)
-    plan = plan_slots(EVERY_MINUTE, last_scheduled_at=last, now=now, rules=rules("all", window=300, grace=0))
+    plan = plan_slots(
+        EVERY_MINUTE, last_scheduled_at=last, now=now, rules=rules("all", window=300, grace=0)
+    )
     assert tuple(r.slot for r in plan.runs) == minutes(-1, 0, 1, 2, 3)
     assert plan.unrecorded is not None
     assert plan.unrecorded.after == last
@@ -89,7 +99,8 @@ def test_slots_older_than_the_window_are_summarised_not_enumerated():
 def test_missed_records_are_bounded_and_the_rest_is_counted():
     now = T0 + timedelta(seconds=1000)
     plan = plan_slots(EVERY_SECOND, last_scheduled_at=T0, now=now, rules=rules("latest", limit=50))
-    assert len(plan.runs) == 1 and plan.runs[0].slot == now
+    assert len(plan.runs) == 1
+    assert plan.runs[0].slot == now
     assert len(plan.missed) == 50
     assert plan.missed[-1] == now - timedelta(seconds=1)
     assert plan.unrecorded is not None
@@ -100,14 +111,19 @@ def test_missed_records_are_bounded_and_the_rest_is_counted():
 
 def test_none_with_many_late_slots_still_bounds_missed_records():
     now = T0 + timedelta(seconds=500)
-    plan = plan_slots(EVERY_SECOND, last_scheduled_at=T0, now=now, rules=rules("none", cap=5, grace=2, limit=20))
+    plan = plan_slots(
+        EVERY_SECOND, last_scheduled_at=T0, now=now, rules=rules("none", cap=5, grace=2, limit=20)
+    )
     assert [r.slot for r in plan.runs] == [now - timedelta(seconds=s) for s in (2, 1, 0)]
     assert len(plan.missed) == 20
-    assert plan.unrecorded is not None and plan.unrecorded.count == 500 - 3 - 20
+    assert plan.unrecorded is not None
+    assert plan.unrecorded.count == 500 - 3 - 20
 
 
 def test_watermark_in_the_future_plans_nothing():
-    plan = plan_slots(EVERY_MINUTE, last_scheduled_at=T0, now=T0 - timedelta(minutes=5), rules=rules())
+    plan = plan_slots(
+        EVERY_MINUTE, last_scheduled_at=T0, now=T0 - timedelta(minutes=5), rules=rules()
+    )
     assert plan.is_empty
     assert plan.watermark == T0
 
@@ -141,7 +157,9 @@ def test_bad_rules_are_refused(kwargs, field):
 def test_every_due_slot_is_decided_exactly_once(policy, down, window, cap, grace, limit, cron):
     schedule = CronSchedule.parse(cron, "Europe/Berlin")
     now = T0 + timedelta(seconds=down)
-    plan = plan_slots(schedule, last_scheduled_at=T0, now=now, rules=rules(policy, window, cap, grace, limit))
+    plan = plan_slots(
+        schedule, last_scheduled_at=T0, now=now, rules=rules(policy, window, cap, grace, limit)
+    )
     run = [r.slot for r in plan.runs]
     decided = sorted(run + list(plan.missed))
     assert len(set(decided)) == len(decided), "a slot is both run and missed"

@@ -91,7 +91,7 @@ def test_last_day_of_february_follows_leap_years():
         ("0 0 31 4,6,9,11 *", "never fires"),
         ("* * * * * " + "1," * 120 + "1", "characters long; the limit is 200"),
         ("٣ * * * *", "outside printable ASCII"),
-        ("５ * * * *", "outside printable ASCII"),
+        ("５ * * * *", "outside printable ASCII"),  # noqa: RUF001
         ("* * * * *\n", None),  # trailing whitespace is fine
         ("*\t*\t*\t*\t*", None),
     ],

@@ -2,6 +2,7 @@
 
 from collections import Counter
 from datetime import date, datetime, timedelta, timezone
+from itertools import pairwise
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -31,7 +32,9 @@ def field(low: int, high: int) -> st.SearchStrategy[str]:
         st.builds(lambda n: f"*/{n}", st.integers(1, max(1, (high - low) // 2))),
         number.map(str),
         st.tuples(number, number).map(lambda p: f"{min(p)}-{max(p)}"),
-        st.lists(number, min_size=2, max_size=4, unique=True).map(lambda v: ",".join(map(str, sorted(v)))),
+        st.lists(number, min_size=2, max_size=4, unique=True).map(
+            lambda v: ",".join(map(str, sorted(v)))
+        ),
     )
 
 
@@ -55,7 +58,7 @@ def test_fire_times_are_aware_utc_strictly_increasing_and_after_the_start(cron, 
     assert got, "every expression from this grammar fires"
     assert all(t.tzinfo is UTC for t in got)
     assert got[0] > after
-    assert all(a < b for a, b in zip(got, got[1:]))
+    assert all(a < b for a, b in pairwise(got))
 
 
 @settings(max_examples=200, deadline=None)
@@ -134,7 +137,9 @@ def test_real_time_jobs_fire_at_exactly_the_instants_whose_wall_time_matches(zon
 
 
 @pytest.mark.parametrize(("zone", "day"), TRANSITION_DAYS)
-@pytest.mark.parametrize("cron", ["30 1 * * *", "0 2 * * *", "45 2 * * *", "0 0 * * *", "15 3 * * *"])
+@pytest.mark.parametrize(
+    "cron", ["30 1 * * *", "0 2 * * *", "45 2 * * *", "0 0 * * *", "15 3 * * *"]
+)
 def test_wall_clock_jobs_fire_at_first_occurrence_or_at_the_end_of_a_gap(zone, day, cron):
     tz = ZoneInfo(zone)
     minute, hour = (int(x) for x in cron.split()[:2])

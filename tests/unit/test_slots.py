@@ -27,14 +27,24 @@ def test_different_jobs_or_slots_give_different_ids():
 
 @given(
     job=st.integers(0, 2**63),
-    slot=st.datetimes(min_value=datetime(1970, 1, 1), max_value=datetime(2200, 1, 1), timezones=st.just(UTC)),
+    slot=st.datetimes(
+        min_value=datetime(1970, 1, 1), max_value=datetime(2200, 1, 1), timezones=st.just(UTC)
+    ),
 )
 def test_parse_inverts_task_id_for(job, slot):
     assert parse_task_id(task_id_for(job, slot)) == (job, slot)
 
 
 @pytest.mark.parametrize(
-    "bad", ["", "cron-1-2024", "cron-x-20240101T000000Z", "celery-1-20240101T000000Z", "cron-1-20241301T000000Z", None]
+    "bad",
+    [
+        "",
+        "cron-1-2024",
+        "cron-x-20240101T000000Z",
+        "celery-1-20240101T000000Z",
+        "cron-1-20241301T000000Z",
+        None,
+    ],
 )
 def test_parse_rejects_foreign_ids(bad):
     assert parse_task_id(bad) is None
