@@ -1,0 +1,46 @@
+"""Example tasks for demo jobs. Each has an explicit name: a JobDefinition refers to it by name."""
+
+import logging
+import time
+import urllib.request
+from typing import Any
+from urllib.parse import urlsplit
+
+from celery import shared_task
+
+logger = logging.getLogger(__name__)
+
+
+@shared_task(name="demo.echo")
+def echo(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """Log the arguments and return them: the smallest way to see a job run."""
+    logger.info("demo.echo args=%r kwargs=%r", args, kwargs)
+    return {"args": list(args), "kwargs": kwargs}
+
+
+@shared_task(name="demo.sleep")
+def sleep(seconds: float = 1.0) -> float:
+    """Take a while, to show runs that overlap and how long they last."""
+    seconds = float(seconds)
+    logger.info("demo.sleep start seconds=%s", seconds)
+    time.sleep(seconds)
+    logger.info("demo.sleep done seconds=%s", seconds)
+    return seconds
+
+
+@shared_task(name="demo.http_get")
+def http_get(url: str) -> dict[str, Any]:
+    """GET a URL (meant for the demo's own `/demo/ping/`); an HTTP error fails the run."""
+    if urlsplit(url).scheme not in {"http", "https"}:
+        raise ValueError(f"demo.http_get: url must start with http:// or https://, got {url!r}")
+    with urllib.request.urlopen(url, timeout=5) as response:
+        body = response.read()
+        status = response.status
+    logger.info("demo.http_get url=%s status=%s bytes=%s", url, status, len(body))
+    return {"status": status, "bytes": len(body)}
+
+
+@shared_task(name="demo.always_fails")
+def always_fails() -> None:
+    """Fail every time, to show failed runs, error messages and retries in the admin."""
+    raise RuntimeError("demo.always_fails failed on purpose")
