@@ -1,0 +1,129 @@
+"""System checks report bad settings with stable ids; the settings object has typed defaults."""
+
+from datetime import timedelta
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+from django_cluster_cron.checks import check_settings
+from django_cluster_cron.conf import app_settings
+
+
+def ids(settings_dict=None):
+    return sorted(message.id for message in check_settings())
+
+
+@pytest.fixture
+def cron_settings(settings):
+    def apply(**values):
+        settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, **values}
+
+    return apply
+
+
+def test_the_test_settings_pass_every_check():
+    assert check_settings() == []
+
+
+def test_defaults_are_typed_and_documented_values():
+    assert app_settings.LEASE_TTL == 10.0
+    assert app_settings.RENEW_INTERVAL == pytest.approx(10.0 / 3)  # noqa: SIM300
+    assert app_settings.CATCHUP_WINDOW == timedelta(hours=1)  # noqa: SIM300
+    assert app_settings.CATCHUP_POLICY == "latest"
+    assert app_settings.OVERLAP_POLICY == "allow"
+    assert app_settings.TASK_ALLOWLIST is None
+
+
+def test_settings_are_read_at_access_time(cron_settings):
+    cron_settings(LEASE_TTL=30, CATCHUP_WINDOW=timedelta(minutes=5))
+    assert app_settings.LEASE_TTL == 30.0
+    assert app_settings.RENEW_INTERVAL == 10.0
+    assert app_settings.CATCHUP_WINDOW == timedelta(minutes=5)  # noqa: SIM300
+
+
+def test_a_non_dict_setting_is_e001(settings):
+    settings.CLUSTER_CRON = ["LEASE_TTL", 5]
+    assert ids() == ["cluster_cron.E001"]
+
+
+def test_an_unknown_key_is_w001_with_a_suggestion(cron_settings):
+    cron_settings(LEASE_TLL=5)
+    [message] = check_settings()
+    assert message.id == "cluster_cron.W001"
+    assert "LEASE_TTL" in message.hint
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "words"),
+    [
+        ("LEASE_TTL", 0, "positive number of seconds"),
+        ("LEASE_TTL", "10", "positive number of seconds"),
+        ("BATCH_SIZE", 0, "whole number >= 1"),
+        ("CATCHUP_POLICY", "sometimes", "one of 'all', 'latest', 'none'"),
+        ("OVERLAP_POLICY", "never", "one of 'allow', 'skip', 'buffer_one'"),
+        ("TASK_ALLOWLIST", "billing.*", "list of task name patterns"),
+        ("REDIS_ALIAS", "", "non-empty string"),
+    ],
+)
+def test_a_bad_value_is_e002_naming_setting_value_and_expectation(cron_settings, key, value, words):
+    cron_settings(**{key: value})
+    messages = [m for m in check_settings() if m.id == "cluster_cron.E002"]
+    assert len(messages) == 1
+    assert f"['{key}'] is {value!r}" in messages[0].msg
+    assert words in messages[0].msg
+    with pytest.raises(ImproperlyConfigured, match=key):
+        getattr(app_settings, key)
+
+
+def test_a_renew_interval_too_close_to_the_ttl_is_e003(cron_settings):
+    cron_settings(LEASE_TTL=10, RENEW_INTERVAL=6)
+    assert ids() == ["cluster_cron.E003"]
+
+
+def test_a_missing_cache_alias_is_e004(cron_settings):
+    cron_settings(REDIS_ALIAS="locks")
+    assert ids() == ["cluster_cron.E004"]
+
+
+def test_a_cache_that_is_not_django_redis_is_e005(settings):
+    settings.CACHES = {
+        **settings.CACHES,
+        "builtin": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": "redis://127.0.0.1:1",
+        },
+    }
+    settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "REDIS_ALIAS": "builtin"}
+    [message] = check_settings()
+    assert message.id == "cluster_cron.E005"
+    assert "not a django-redis cache" in message.msg
+
+
+@pytest.mark.parametrize(
+    ("path", "words"),
+    [("nowhere.celery:app", "cannot be imported"), ("tests.testapp.tasks:add", "not a Celery app")],
+)
+def test_a_celery_app_that_cannot_be_found_is_e006(cron_settings, path, words):
+    cron_settings(CELERY_APP=path)
+    [message] = check_settings()
+    assert message.id == "cluster_cron.E006"
+    assert words in message.msg
+
+
+def test_use_tz_false_is_e007(settings):
+    settings.USE_TZ = False
+    assert ids() == ["cluster_cron.E007"]
+
+
+def test_no_configured_celery_app_is_w002(settings):
+    from celery import Celery, current_app
+
+    previous = current_app._get_current_object()
+    settings.CLUSTER_CRON = {k: v for k, v in settings.CLUSTER_CRON.items() if k != "CELERY_APP"}
+    Celery(set_as_current=True)  # what celery.current_app is when no project app was imported
+    try:
+        [message] = check_settings()
+    finally:
+        previous.set_current()
+    assert message.id == "cluster_cron.W002"
+    assert check_settings() == []  # the project's app is current again
