@@ -50,7 +50,7 @@ def test_an_unknown_key_is_w001_with_a_suggestion(cron_settings):
     cron_settings(LEASE_TLL=5)
     [message] = check_settings()
     assert message.id == "cluster_cron.W001"
-    assert "LEASE_TTL" in message.hint
+    assert "LEASE_TTL" in (message.hint or "")
 
 
 @pytest.mark.parametrize(
@@ -118,7 +118,7 @@ def test_use_tz_false_is_e007(settings):
 def test_no_configured_celery_app_is_w002(settings):
     from celery import Celery, current_app
 
-    previous = current_app._get_current_object()
+    previous = current_app._get_current_object()  # type: ignore[attr-defined]
     settings.CLUSTER_CRON = {k: v for k, v in settings.CLUSTER_CRON.items() if k != "CELERY_APP"}
     Celery(set_as_current=True)  # what celery.current_app is when no project app was imported
     try:

@@ -12,8 +12,10 @@ UTC = timezone.utc
 START = datetime(2024, 1, 1, tzinfo=UTC)
 
 
-def utc(*args: int) -> datetime:
-    return datetime(*args, tzinfo=UTC)
+def utc(
+    year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0
+) -> datetime:
+    return datetime(year, month, day, hour, minute, second, tzinfo=UTC)
 
 
 @pytest.mark.parametrize(

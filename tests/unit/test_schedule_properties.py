@@ -94,7 +94,7 @@ def _matching_walls(cron: str, first: datetime, last: datetime) -> set[datetime]
     """
     start = first.replace(tzinfo=UTC) - timedelta(seconds=1)
     walls = (t.replace(tzinfo=None) for t in CronSchedule.parse(cron, "UTC").iter_after(start))
-    result = set()
+    result: set[datetime] = set()
     for wall in walls:
         if wall > last:
             return result

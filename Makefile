@@ -1,0 +1,45 @@
+# Developer and CI entry points. Everything runs from .venv, which scripts/bootstrap.sh creates.
+.DEFAULT_GOAL := help
+SHELL := bash
+
+VENV := .venv
+PY := $(VENV)/bin/python
+# Any PostgreSQL database the current user can reach; pytest-django creates test_<name>_<pid>.
+POSTGRES_URL ?= postgres://postgres@127.0.0.1:5432/test
+DJANGO_ADMIN := DJANGO_SETTINGS_MODULE=tests.settings $(VENV)/bin/django-admin
+
+.PHONY: help bootstrap test test-postgres lint format check demo clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
+
+bootstrap:  ## create .venv and install the project with its extras
+	bash scripts/bootstrap.sh
+
+test:  ## run the test suite (SQLite, throwaway Redis; DATABASE_URL/REDIS_URL override)
+	bash scripts/test.sh $(PYTEST_ARGS)
+
+test-postgres:  ## run the test suite against PostgreSQL (POSTGRES_URL)
+	DATABASE_URL="$(POSTGRES_URL)" bash scripts/test.sh $(PYTEST_ARGS)
+
+lint: bootstrap  ## ruff check, ruff format --check, mypy
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+format: bootstrap  ## apply ruff's fixes and formatting
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+check: bootstrap  ## Django system checks and no missing migrations (app and example project)
+	$(DJANGO_ADMIN) check --pythonpath .
+	$(DJANGO_ADMIN) makemigrations --check --dry-run --pythonpath .
+	$(PY) example_project/manage.py check
+	$(PY) example_project/manage.py makemigrations --check --dry-run
+
+demo:  ## run the example project end to end
+	bash scripts/demo.sh
+
+clean:  ## remove caches and build output (keeps .venv)
+	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis .coverage htmlcov build dist .tmp
+	find . -path ./$(VENV) -prune -o -type d -name __pycache__ -exec rm -rf {} +

@@ -1,0 +1,137 @@
+"""Django settings for the test suite (``DJANGO_SETTINGS_MODULE=tests.settings``).
+
+Services come from the environment, so the same settings serve a laptop, CI and the
+subprocesses (schedulers, Celery workers) that integration tests start:
+
+``DATABASE_URL``
+    Any URL dj-database-url understands. Default: SQLite. For PostgreSQL use e.g.
+    ``postgres://postgres@127.0.0.1:5432/test``; pytest-django then creates and drops
+    ``test_<name>_<pid>`` (``TEST_DB_NAME`` overrides) so concurrent runs never collide.
+``REDIS_URL``
+    Point the suite at a real Redis server, e.g. ``redis://127.0.0.1:6379/15``. The suite
+    FLUSHES that database, so never use one that holds data you care about. When unset,
+    ``tests/conftest.py`` starts a throwaway server (scripts/devredis.py) before anything
+    connects, writes its URL into ``CACHES`` and ``CELERY_BROKER_URL`` below, and exports
+    ``REDIS_URL`` for child processes. Outside pytest (``make check``, mypy) the placeholder
+    below is used: it refuses connections at once and never reaches a shared server.
+``CELERY_BROKER_URL``
+    Overrides the broker (default: the Redis URL above).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent
+
+# Port 1 is never a Redis server: anything that connects before the harness has chosen a server
+# fails fast instead of touching the machine's shared Redis on 6379.
+REDIS_PLACEHOLDER_URL = "redis://127.0.0.1:1/0"
+REDIS_URL = os.environ.get("REDIS_URL") or REDIS_PLACEHOLDER_URL
+
+SECRET_KEY = "tests-only-not-a-secret"
+DEBUG = False
+ALLOWED_HOSTS = ["testserver", "localhost", "127.0.0.1"]
+
+USE_TZ = True
+TIME_ZONE = "UTC"
+USE_I18N = True
+LANGUAGE_CODE = "en-us"
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_cluster_cron",
+    "tests.testapp",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "tests.urls"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+STATIC_URL = "static/"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+# Tests create users; the slow default hasher would dominate their run time.
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+def _database() -> dict[str, Any]:
+    default_sqlite = "sqlite:///" + os.path.join(tempfile.gettempdir(), "dcc-tests.sqlite3")
+    config: dict[str, Any] = dict(
+        dj_database_url.parse(os.environ.get("DATABASE_URL") or default_sqlite, conn_max_age=0)
+    )
+    test_name = os.environ.get("TEST_DB_NAME")
+    if config["ENGINE"] == "django.db.backends.sqlite3":
+        # A file, not Django's in-memory default, so that scheduler and worker subprocesses
+        # started by integration tests can open the same test database.
+        test_name = test_name or os.path.join(
+            tempfile.gettempdir(), f"dcc-test-{os.getpid()}.sqlite3"
+        )
+        config.setdefault("OPTIONS", {})["timeout"] = 20
+    else:
+        # One name per test run: parallel runs on one server must not drop each other's DB.
+        test_name = test_name or f"test_{config['NAME']}_{os.getpid()}"
+    config["TEST"] = {"NAME": test_name}
+    return config
+
+
+DATABASES = {"default": _database()}
+
+CACHES = {
+    "default": {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": "dcc-tests",
+        "OPTIONS": {
+            "CLIENT_CLASS": "django_redis.client.DefaultClient",
+            # Bounded waits, so a paused (SIGSTOPped) Redis surfaces as an error, not a hang.
+            "SOCKET_CONNECT_TIMEOUT": 2,
+            "SOCKET_TIMEOUT": 2,
+        },
+    },
+}
+
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or REDIS_URL
+CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_timeout": 5, "socket_connect_timeout": 2}
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TIMEZONE = "UTC"
+CELERY_ENABLE_UTC = True
+
+CLUSTER_CRON = {
+    "REDIS_ALIAS": "default",
+    "CELERY_APP": "tests.testapp.celery:app",
+}

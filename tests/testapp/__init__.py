@@ -1,0 +1,1 @@
+"""A Django app that exists only for the test suite: a Celery app and a few tasks."""
