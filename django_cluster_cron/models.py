@@ -316,15 +316,15 @@ class JobDefinition(models.Model):
 
 
 class RunStatus(models.TextChoices):
-    PENDING = "pending", "pending"
-    QUEUED = "queued", "queued"
-    RUNNING = "running", "running"
-    SUCCESS = "success", "success"
-    FAILED = "failed", "failed"
-    RETRYING = "retrying", "retrying"
-    MISSED = "missed", "missed"
-    SKIPPED = "skipped", "skipped"
-    CANCELLED = "cancelled", "cancelled"
+    PENDING = "pending"
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCESS = "success"
+    FAILED = "failed"
+    RETRYING = "retrying"
+    MISSED = "missed"
+    SKIPPED = "skipped"
+    CANCELLED = "cancelled"
 
 
 ACTIVE_STATUSES = (RunStatus.PENDING, RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.RETRYING)
@@ -338,10 +338,10 @@ FINAL_STATUSES = (
 
 
 class RunTrigger(models.TextChoices):
-    SCHEDULE = "schedule", "schedule"
-    CATCHUP = "catchup", "catch-up"
-    MANUAL = "manual", "manual"
-    BACKFILL = "backfill", "backfill"
+    SCHEDULE = "schedule"
+    CATCHUP = "catchup"
+    MANUAL = "manual"
+    BACKFILL = "backfill"
 
 
 class JobRun(models.Model):
@@ -385,3 +385,29 @@ class JobRun(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_id} @ {self.scheduled_for:%Y-%m-%d %H:%M:%S}Z ({self.status})"
+
+
+class SchedulerLease(models.Model):
+    """The fencing epoch of the scheduler leadership (one row, ``name="leader"``).
+
+    The Redis lease decides who *should* lead; this row decides whose writes *count*. Taking
+    leadership increments ``epoch`` in a database transaction. Every leader transaction starts
+    with a conditional ``UPDATE … WHERE epoch = <mine>`` on this row (see
+    :meth:`django_cluster_cron.store.RunStore.fenced`): it fails once a newer leader has bumped
+    the epoch, and while it holds the row lock a newer leader's bump waits for it to commit. So a
+    paused leader that wakes up after its lease expired cannot record, advance or publish anything
+    under its old epoch.
+    """
+
+    name = models.CharField(max_length=64, unique=True)
+    epoch = models.BigIntegerField(default=0)
+    holder = models.CharField(max_length=255, blank=True, help_text="Node id of the leader.")
+    token = models.CharField(max_length=255, blank=True)
+    acquired_at = models.DateTimeField(null=True, blank=True)
+    last_write_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "scheduler lease"
+
+    def __str__(self) -> str:
+        return f"{self.name}: epoch {self.epoch} held by {self.holder or 'nobody'}"

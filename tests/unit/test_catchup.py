@@ -179,3 +179,25 @@ def test_every_due_slot_is_decided_exactly_once(policy, down, window, cap, grace
             assert plan.unrecorded.count == len([s for s in due if s <= plan.unrecorded.until])
     assert all(now - s < timedelta(seconds=window) for s in run)
     assert plan.next_run_at == schedule.next_after(now)
+
+
+@pytest.mark.parametrize(
+    ("policy", "running", "waiting", "allowed"),
+    [
+        ("allow", 3, 5, True),
+        ("skip", 0, 0, True),
+        ("skip", 1, 0, False),
+        ("skip", 0, 1, False),
+        ("buffer_one", 0, 0, True),
+        ("buffer_one", 1, 0, True),
+        ("buffer_one", 1, 1, False),
+        ("buffer_one", 0, 1, False),
+    ],
+)
+def test_overlap_policy_decides_whether_one_more_run_may_go(policy, running, waiting, allowed):
+    from django_cluster_cron.core.overlap import overlap_refusal
+
+    reason = overlap_refusal(policy, running=running, waiting=waiting)
+    assert (reason is None) is allowed
+    if reason is not None:
+        assert policy in reason

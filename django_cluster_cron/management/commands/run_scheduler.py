@@ -1,0 +1,94 @@
+"""``manage.py run_scheduler``: parse options, wire signals, hand off to the Scheduler."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from django_cluster_cron.conf import NODE_ID_ENV, app_settings
+from django_cluster_cron.scheduler import build_scheduler, default_node_id
+
+
+def _positive(value: str) -> float:
+    number = float(value)
+    if number <= 0:
+        raise ValueError(value)
+    return number
+
+
+class Command(BaseCommand):
+    help = (
+        "Run a cluster-cron scheduler node. Start one on as many hosts as you like: one leads "
+        "(Redis lease), the others stand by and take over within the lease TTL."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--node-id",
+            help=f"Name of this node in logs and the run ledger (default: ${NODE_ID_ENV}, "
+            "else hostname:pid).",
+        )
+        parser.add_argument("--lease-ttl", type=_positive, help="Lease TTL in seconds.")
+        parser.add_argument(
+            "--poll-interval", type=_positive, help="Standby's acquire interval, seconds."
+        )
+        parser.add_argument(
+            "--log-level",
+            default="INFO",
+            choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+            help="Level of the django_cluster_cron loggers (default INFO).",
+        )
+        parser.add_argument(
+            "--once",
+            action="store_true",
+            help="One tick: dispatch what is due if this node can lead, then exit.",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        _configure_logging(options["log_level"])
+        ttl = options["lease_ttl"] or app_settings.LEASE_TTL
+        poll = options["poll_interval"] or app_settings.POLL_INTERVAL
+        renew = min(app_settings.RENEW_INTERVAL, ttl / 3)
+        if poll >= ttl:
+            raise CommandError(
+                f"--poll-interval ({poll:g}s) must be below the lease TTL ({ttl:g}s)."
+            )
+        stop = threading.Event()
+        scheduler = build_scheduler(
+            node_id=options["node_id"] or default_node_id(),
+            ttl=ttl,
+            poll_interval=poll,
+            renew_interval=renew,
+            stop=stop,
+        )
+        if options["once"]:
+            led = scheduler.run_once()
+            if not led:
+                self.stdout.write("Another node holds the lease; nothing done.")
+            return
+
+        def request_stop(signum: int, frame: Any) -> None:
+            logging.getLogger("django_cluster_cron.scheduler").info(
+                "scheduler.stopping signal=%s", signal.Signals(signum).name
+            )
+            stop.set()
+
+        signal.signal(signal.SIGTERM, request_stop)
+        signal.signal(signal.SIGINT, request_stop)
+        scheduler.run()
+
+
+def _configure_logging(level: str) -> None:
+    logger = logging.getLogger("django_cluster_cron")
+    logger.setLevel(level)
+    if not logging.getLogger().handlers and not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(
+            logging.Formatter("%(asctime)s %(levelname)s %(name)s [%(process)d] %(message)s")
+        )
+        logger.addHandler(handler)

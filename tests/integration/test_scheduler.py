@@ -1,0 +1,316 @@
+"""The scheduler in-process against the real database, Redis and broker (Redis transport).
+
+A controllable clock drives planning; the lease, the store, the Celery publish and the broker
+queue are real. Multi-process behaviour (failover, pauses, crashes) is in
+test_scheduler_processes.py.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import uuid
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone as dj_timezone
+
+from django_cluster_cron.changes import ChangeListener, publish_change
+from django_cluster_cron.dispatch import EXECUTE_TASK, CeleryDispatcher
+from django_cluster_cron.lease import LeaderLease
+from django_cluster_cron.models import JobDefinition, JobRun, RunStatus, RunTrigger
+from django_cluster_cron.scheduler import Scheduler
+from django_cluster_cron.store import RunStore
+
+pytestmark = pytest.mark.django_db(transaction=True)
+UTC = timezone.utc
+
+
+class Clock:
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+class NoSleep:
+    def wait(self, timeout: float, stop: threading.Event) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def make_scheduler(redis_client, settings):
+    from django_redis import get_redis_connection
+
+    settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "KEY_PREFIX": f"t{uuid.uuid4().hex[:8]}"}
+    client = get_redis_connection("default")
+    made = []
+
+    def make(node: str, clock: Clock, dispatcher=None, ttl: float = 5.0) -> Scheduler:
+        key = f"{settings.CLUSTER_CRON['KEY_PREFIX']}:leader"
+        scheduler = Scheduler(
+            node_id=node,
+            lease=LeaderLease(client, key, node, ttl),
+            store=RunStore(),
+            dispatcher=dispatcher or CeleryDispatcher(),
+            sleeper=NoSleep(),
+            clock=clock,
+            poll_interval=0.1,
+        )
+        made.append(scheduler)
+        return scheduler
+
+    yield make
+    for scheduler in made:
+        scheduler.shutdown()
+
+
+def job(name, cron="* * * * *", watermark=None, **fields):
+    values = {"cron": cron, "timezone": "UTC", "task": "tests.add", "args": [1, 2]}
+    values.update(fields)
+    created = JobDefinition.objects.create(name=name, **values)
+    if watermark is not None:
+        schedule = created.schedule
+        JobDefinition.objects.filter(pk=created.pk).update(
+            last_scheduled_at=watermark, next_run_at=schedule.next_after(watermark)
+        )
+        created.refresh_from_db()
+    return created
+
+
+def queued_messages(redis_client, queue="celery"):
+    return [json.loads(raw) for raw in redis_client.lrange(queue, 0, -1)]
+
+
+T0 = datetime(2030, 1, 1, 12, tzinfo=UTC)
+
+
+def test_the_leader_records_each_due_slot_once_and_publishes_it_with_its_task_id(
+    make_scheduler, redis_client
+):
+    clock = Clock(T0 + timedelta(seconds=0.5))
+    nightly = job("every-minute", watermark=T0 - timedelta(seconds=30))
+    scheduler = make_scheduler("node-a", clock)
+
+    scheduler.step()
+
+    run = JobRun.objects.get()
+    assert run.scheduled_for == T0
+    assert run.status == RunStatus.QUEUED
+    assert run.trigger == RunTrigger.SCHEDULE
+    assert run.dispatched_by == "node-a"
+    assert run.epoch == scheduler.epoch
+    assert run.task_id == f"cron-{nightly.pk}-20300101T120000Z"
+    [message] = queued_messages(redis_client)
+    assert message["headers"]["id"] == run.task_id
+    assert message["headers"]["task"] == EXECUTE_TASK
+    assert message["headers"]["cluster_cron_job"] == nightly.pk
+    nightly.refresh_from_db()
+    assert nightly.next_run_at == T0 + timedelta(minutes=1)
+    assert nightly.last_scheduled_at == clock.now
+
+    scheduler.step()  # nothing new is due: nothing new is written or sent
+    assert JobRun.objects.count() == 1
+    assert len(queued_messages(redis_client)) == 1
+
+
+def test_a_second_node_stands_by_while_the_first_leads(make_scheduler, redis_client):
+    clock = Clock(T0 + timedelta(seconds=0.5))
+    job("every-minute", watermark=T0 - timedelta(seconds=30))
+    leader = make_scheduler("node-a", clock)
+    standby = make_scheduler("node-b", clock)
+    leader.step()
+    standby.step()
+    assert leader.is_leader
+    assert not standby.is_leader
+    assert JobRun.objects.filter(dispatched_by="node-b").count() == 0
+
+
+@pytest.mark.parametrize(
+    ("policy", "runs", "missed"),
+    [("all", 10, 50), ("latest", 1, 59), ("none", 1, 59)],
+)
+def test_catch_up_after_an_outage_follows_the_policy(make_scheduler, policy, runs, missed):
+    # Down for an hour; the window keeps the last 60 minutes; CATCHUP_CAP is 10 by default.
+    clock = Clock(T0 + timedelta(seconds=1))
+    job(
+        f"catchup-{policy}",
+        watermark=T0 - timedelta(hours=1),
+        catchup_policy=policy,
+        catchup_window=timedelta(minutes=60),
+    )
+    make_scheduler("node-a", clock).step()
+
+    assert JobRun.objects.exclude(status=RunStatus.MISSED).count() == runs
+    assert JobRun.objects.filter(status=RunStatus.MISSED).count() == missed
+    latest = JobRun.objects.latest()
+    assert latest.scheduled_for == T0
+    assert latest.status == RunStatus.QUEUED  # the on-time slot runs under every policy
+    if policy == "all":
+        late = JobRun.objects.exclude(status=RunStatus.MISSED).exclude(scheduled_for=T0)
+        assert {r.trigger for r in late} == {RunTrigger.CATCHUP}
+
+
+def test_slots_outside_the_window_are_summarised_not_recorded(make_scheduler, caplog):
+    clock = Clock(T0 + timedelta(seconds=1))
+    job(
+        "week-down",
+        watermark=T0 - timedelta(days=7),
+        catchup_policy="latest",
+        catchup_window=timedelta(minutes=10),
+    )
+    with caplog.at_level(logging.WARNING, logger="django_cluster_cron.scheduler"):
+        make_scheduler("node-a", clock).step()
+    assert JobRun.objects.count() == 10  # slots in (now - 10 min, now]: T0-9min … T0
+    assert (
+        "were also missed (not recorded one by one)"
+        in JobRun.objects.filter(status=RunStatus.MISSED).earliest().reason
+    )
+    assert "runs.missed_unrecorded" in caplog.text
+
+
+def test_overlap_skip_records_a_skipped_run_while_the_previous_one_is_active(make_scheduler):
+    clock = Clock(T0 + timedelta(seconds=1))
+    skipper = job("skipper", watermark=T0 - timedelta(seconds=30), overlap_policy="skip")
+    JobRun.objects.create(
+        job=skipper,
+        scheduled_for=T0 - timedelta(minutes=1),
+        task_id="earlier",
+        trigger=RunTrigger.SCHEDULE,
+        status=RunStatus.RUNNING,
+    )
+    make_scheduler("node-a", clock).step()
+    run = JobRun.objects.get(scheduled_for=T0)
+    assert run.status == RunStatus.SKIPPED
+    assert "overlap policy 'skip'" in run.reason
+
+
+def test_a_stale_leader_is_fenced_out_and_writes_nothing(make_scheduler, redis_client):
+    clock = Clock(T0 + timedelta(seconds=1))
+    old = make_scheduler("node-old", clock)
+    old.step()
+    assert old.is_leader
+    # A newer leader takes over while the old one is paused (its lease expired meanwhile).
+    RunStore().claim_leadership("node-new", "token-new", clock())
+    job("due-now", watermark=T0 - timedelta(seconds=30))
+
+    old.step()
+
+    assert not old.is_leader
+    assert JobRun.objects.count() == 0
+    assert redis_client.llen("celery") == 0
+
+
+def test_a_job_with_bad_data_is_reported_once_and_the_others_keep_running(make_scheduler, caplog):
+    clock = Clock(T0 + timedelta(seconds=1))
+    good = job("good", watermark=T0 - timedelta(seconds=30))
+    bad = job("bad", watermark=T0 - timedelta(seconds=30))
+    with connection.cursor() as cursor:  # bad data that bypassed validation
+        cursor.execute(
+            f"UPDATE {JobDefinition._meta.db_table} SET cron = 'every tuesday' WHERE id = %s",
+            [bad.pk],
+        )
+    scheduler = make_scheduler("node-a", clock)
+    with caplog.at_level(logging.ERROR, logger="django_cluster_cron.scheduler"):
+        scheduler.step()
+        clock.advance(60)
+        scheduler.step()
+    assert JobRun.objects.filter(job=good).count() == 2
+    assert JobRun.objects.filter(job=bad).count() == 0
+    assert caplog.text.count("job.invalid") == 1
+    bad.refresh_from_db()
+    assert bad.next_run_at is None
+
+
+@pytest.mark.parametrize("jobs", [10, 300])
+def test_an_idle_tick_costs_the_same_queries_whatever_the_number_of_jobs(make_scheduler, jobs):
+    clock = Clock(T0)
+    JobDefinition.objects.bulk_create(
+        JobDefinition(
+            name=f"idle-{i}",
+            cron="0 0 1 1 *",
+            timezone="UTC",
+            task="tests.add",
+            last_scheduled_at=T0,
+            next_run_at=T0 + timedelta(days=30),
+        )
+        for i in range(jobs)
+    )
+    scheduler = make_scheduler("node-a", clock)
+    scheduler.step()  # acquire, first outbox sweep
+    clock.advance(1)
+    with CaptureQueriesContext(connection) as queries:
+        delay = scheduler.step()
+    assert len(queries) == IDLE_TICK_QUERIES, [q["sql"] for q in queries]
+    assert delay > 0
+
+
+# The MIN(next_run_at) over the partial index that says nothing is due and how long to sleep.
+IDLE_TICK_QUERIES = 1
+
+
+def test_runs_stay_pending_while_the_broker_is_down_and_the_outbox_sends_them_later(
+    make_scheduler, redis_client, settings
+):
+    from celery import Celery
+
+    settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "OUTBOX_REPUBLISH_AFTER": 0.01}
+    clock = Clock(dj_timezone.now())
+    dead = Celery("dead", broker="redis://127.0.0.1:1/0", set_as_current=False)
+    dead.conf.broker_connection_timeout = 0.5
+    job(
+        "every-second",
+        cron="* * * * * *",
+        watermark=clock.now - timedelta(seconds=3),
+        catchup_policy="all",
+    )
+    down = make_scheduler("node-a", clock, dispatcher=CeleryDispatcher(dead))
+    down.step()
+    pending = list(JobRun.objects.values_list("task_id", "status"))
+    assert pending
+    assert {status for _, status in pending} == {RunStatus.PENDING}
+    assert redis_client.llen("celery") == 0
+    down.shutdown()
+
+    clock.advance(0.5)
+    up = make_scheduler("node-b", clock)
+    up.step()  # the new leader's first step sweeps the outbox
+    queued = dict(JobRun.objects.values_list("task_id", "status"))
+    for task_id, _ in pending:
+        assert queued[task_id] == RunStatus.QUEUED
+    sent = {m["headers"]["id"] for m in queued_messages(redis_client)}
+    assert {task_id for task_id, _ in pending} <= sent
+
+
+def test_a_change_signal_wakes_a_sleeping_scheduler_early(settings):
+    settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "KEY_PREFIX": f"t{uuid.uuid4().hex[:8]}"}
+    listener = ChangeListener()
+    stop = threading.Event()
+    try:
+        assert listener.wait(0.2, stop) is False  # subscribes; nothing published
+        threading.Timer(0.2, publish_change, args=["job:1"]).start()
+        assert listener.wait(10, stop) is True
+    finally:
+        listener.close()
+
+
+def test_saving_a_job_publishes_a_change(settings):
+    settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "KEY_PREFIX": f"t{uuid.uuid4().hex[:8]}"}
+    listener = ChangeListener()
+    stop = threading.Event()
+    try:
+        listener.wait(0.1, stop)
+        job("saved")
+        assert listener.wait(5, stop) is True
+    finally:
+        listener.close()
