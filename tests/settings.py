@@ -20,6 +20,7 @@ subprocesses (schedulers, Celery workers) that integration tests start:
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -134,4 +135,18 @@ CELERY_ENABLE_UTC = True
 CLUSTER_CRON = {
     "REDIS_ALIAS": "default",
     "CELERY_APP": "tests.testapp.celery:app",
+}
+
+# Child processes started by the tests (schedulers, workers) take extra app settings as JSON,
+# e.g. TEST_CLUSTER_CRON='{"OUTBOX_REPUBLISH_AFTER": 1, "KEY_PREFIX": "t123"}'.
+CLUSTER_CRON.update(json.loads(os.environ.get("TEST_CLUSTER_CRON") or "{}"))
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s [%(process)d] %(message)s"}
+    },
+    "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {"django_cluster_cron": {"handlers": ["stderr"], "level": "INFO"}},
 }

@@ -1,0 +1,220 @@
+"""Real `run_scheduler` processes against one Redis and one database: failover, pauses, crashes.
+
+Short TTLs keep the file fast; the bounds asserted are the guarantee (DESIGN G3) plus a margin for
+a loaded CI machine. The measured numbers are printed by bench/failover.py.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+
+from django_cluster_cron.models import JobDefinition, JobRun, RunStatus, SchedulerLease
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+
+TTL = 2.0
+POLL = 0.2
+MARGIN = 1.5  # process start-up and scheduling noise on a busy 2-core machine
+
+
+class Cluster:
+    def __init__(self, env: dict[str, str], logs: Path) -> None:
+        self.prefix = f"t{uuid.uuid4().hex[:8]}"
+        self.env = env
+        self.logs = logs
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, node: str, **extra: object) -> subprocess.Popen[bytes]:
+        env = dict(self.env)
+        settings = {"KEY_PREFIX": self.prefix, **extra.pop("settings", {})}  # type: ignore[dict-item]
+        env["TEST_CLUSTER_CRON"] = json.dumps(settings)
+        env.update({k: str(v) for k, v in extra.items()})
+        log = open(self.logs / f"{node}.log", "ab")  # noqa: SIM115 (closed with the process)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "django",
+                "run_scheduler",
+                "--node-id",
+                node,
+                "--lease-ttl",
+                str(TTL),
+                "--poll-interval",
+                str(POLL),
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        self.procs[node] = proc
+        return proc
+
+    def log(self, node: str) -> str:
+        return (self.logs / f"{node}.log").read_text()
+
+    def stop_all(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGCONT)
+                proc.terminate()
+        for proc in self.procs.values():
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@pytest.fixture
+def cluster(django_subprocess_env, tmp_path):
+    c = Cluster(django_subprocess_env, tmp_path)
+    yield c
+    c.stop_all()
+
+
+def wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def leader() -> tuple[str, int] | None:
+    row = SchedulerLease.objects.filter(name="leader").values_list("holder", "epoch").first()
+    return row if row and row[0] else None
+
+
+def every_second_job(name: str = "tick") -> JobDefinition:
+    job = JobDefinition(
+        name=name,
+        cron="* * * * * *",
+        timezone="UTC",
+        task="tests.add",
+        args=[1, 2],
+        catchup_policy="all",
+        catchup_window=timedelta(minutes=5),
+    )
+    job.full_clean()
+    job.save()
+    return job
+
+
+def assert_every_slot_once(job):
+    slots = list(
+        JobRun.objects.filter(job=job)
+        .order_by("scheduled_for")
+        .values_list("scheduled_for", flat=True)
+    )
+    assert slots, "no run recorded"
+    gaps = [(a, b) for a, b in itertools.pairwise(slots) if b - a != timedelta(seconds=1)]
+    assert not gaps, f"slots missing between {gaps[:3]}"
+    assert not JobRun.objects.filter(job=job, status=RunStatus.MISSED).exists()
+    return slots
+
+
+def first_dispatch_by(node: str, job: JobDefinition):
+    run = JobRun.objects.filter(job=job, dispatched_by=node).order_by("created_at").first()
+    return run.created_at if run else None
+
+
+def test_three_schedulers_record_each_slot_exactly_once(cluster):
+    jobs = [every_second_job(f"tick-{i}") for i in range(3)]
+    for node in ("a", "b", "c"):
+        cluster.start(node)
+    wait_for(leader, 15, "a leader")
+    time.sleep(5)
+    holders = {h for h in JobRun.objects.values_list("dispatched_by", flat=True)}
+    assert len(holders) == 1
+    for job in jobs:
+        assert len(assert_every_slot_once(job)) >= 4
+
+
+def test_sigkill_of_the_leader_hands_over_within_ttl_plus_poll(cluster):
+    job = every_second_job()
+    cluster.start("a")
+    wait_for(lambda: first_dispatch_by("a", job), 15, "a to dispatch")
+    cluster.start("b")
+    time.sleep(1.5)
+    killed_at = timezone.now()
+    cluster.procs["a"].kill()
+    took_over = wait_for(lambda: first_dispatch_by("b", job), 15, "b to dispatch")
+    failover = (took_over - killed_at).total_seconds()
+    print(f"failover after SIGKILL: {failover:.2f}s (ttl {TTL}s, poll {POLL}s)")
+    assert failover <= TTL + POLL + MARGIN
+    time.sleep(1.5)
+    assert_every_slot_once(job)  # the slots of the gap were caught up, none twice
+
+
+def test_sigterm_releases_the_lease_and_a_standby_takes_over_at_once(cluster):
+    job = every_second_job()
+    a = cluster.start("a")
+    wait_for(lambda: first_dispatch_by("a", job), 15, "a to dispatch")
+    cluster.start("b")
+    time.sleep(1.5)
+    stopped_at = timezone.now()
+    a.send_signal(signal.SIGTERM)
+    assert a.wait(10) == 0
+    took_over = wait_for(lambda: first_dispatch_by("b", job), 15, "b to dispatch")
+    handover = (took_over - stopped_at).total_seconds()
+    print(f"handover after SIGTERM: {handover:.2f}s")
+    assert handover <= 2.0 + MARGIN
+    assert "lease.released" in cluster.log("a")
+    time.sleep(1.5)
+    assert_every_slot_once(job)
+
+
+def test_a_leader_paused_past_its_ttl_is_fenced_and_writes_nothing_stale(cluster):
+    job = every_second_job()
+    a = cluster.start("a")
+    wait_for(lambda: first_dispatch_by("a", job), 15, "a to dispatch")
+    current = leader()
+    assert current is not None
+    old_epoch = current[1]
+    cluster.start("b")
+    time.sleep(1)
+    os.kill(a.pid, signal.SIGSTOP)
+    wait_for(lambda: first_dispatch_by("b", job), 15, "b to take over")
+    time.sleep(1)
+    resumed_at = timezone.now()
+    os.kill(a.pid, signal.SIGCONT)
+    time.sleep(3)
+    assert a.poll() is None, "the old leader must go back to standby, not crash"
+    assert not JobRun.objects.filter(epoch=old_epoch, created_at__gt=resumed_at).exists()
+    assert "lease.lost" in cluster.log("a") or "lease.fenced" in cluster.log("a")
+    assert_every_slot_once(job)
+
+
+def test_a_crash_between_recording_and_publishing_is_healed_by_the_outbox(cluster, redis_client):
+    job = every_second_job()
+    crashing = cluster.start("crashy", CLUSTER_CRON_FAULTS="after_record")
+    assert crashing.wait(30) == 70
+    pending = list(
+        JobRun.objects.filter(job=job, status=RunStatus.PENDING).values_list("task_id", flat=True)
+    )
+    assert pending, "the crash left recorded, unpublished runs"
+    assert redis_client.llen("celery") == 0
+    cluster.start("healer", settings={"OUTBOX_REPUBLISH_AFTER": 1})
+    wait_for(
+        lambda: not JobRun.objects.filter(task_id__in=pending, status=RunStatus.PENDING).exists(),
+        20,
+        "the outbox to publish the orphaned runs",
+    )
+    sent = {json.loads(raw)["headers"]["id"] for raw in redis_client.lrange("celery", 0, -1)}
+    assert set(pending) <= sent
+    assert "runs.republish" in cluster.log("healer")
