@@ -21,7 +21,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Protocol
 
-from django.db import DatabaseError, close_old_connections, connections
+from django.db import DatabaseError, connections
 from django.utils import timezone
 
 from .conf import NODE_ID_ENV, app_settings
@@ -147,8 +147,12 @@ class Scheduler:
         logger.info("scheduler.stopped node=%s", self.node_id)
 
     def step(self) -> float:
-        """One pass; returns how long to sleep before the next."""
-        close_old_connections()
+        """One pass; returns how long to sleep before the next.
+
+        The database connection is kept across passes (a scheduler is one long-lived process, and
+        CONN_MAX_AGE=0 would otherwise mean a reconnect per tick); it is dropped and reopened only
+        after a database error.
+        """
         if not self.is_leader:
             delay = self._try_lead()
             if not self.is_leader:

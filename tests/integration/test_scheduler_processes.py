@@ -218,3 +218,57 @@ def test_a_crash_between_recording_and_publishing_is_healed_by_the_outbox(cluste
     sent = {json.loads(raw)["headers"]["id"] for raw in redis_client.lrange("celery", 0, -1)}
     assert set(pending) <= sent
     assert "runs.republish" in cluster.log("healer")
+
+
+def test_a_redis_outage_pauses_dispatch_and_recovery_catches_up_every_slot(
+    cluster, throwaway_redis
+):
+    cluster.env["REDIS_URL"] = throwaway_redis.url  # lease, change signal and broker
+    job = every_second_job()
+    # Policy 'all' with a cap above the outage's slot count: every missed slot must be run.
+    a = cluster.start("a", settings={"OUTBOX_REPUBLISH_AFTER": 1, "CATCHUP_CAP": 100})
+    wait_for(lambda: first_dispatch_by("a", job), 15, "a to dispatch")
+    throwaway_redis.stop()
+    time.sleep(TTL + 4)
+    assert a.poll() is None, "the scheduler must survive a Redis outage"
+    during = JobRun.objects.filter(job=job).count()
+    time.sleep(2)
+    assert JobRun.objects.filter(job=job).count() == during, "nothing is recorded without a lease"
+    throwaway_redis.restart()
+    wait_for(
+        lambda: (
+            not JobRun.objects.filter(job=job, status=RunStatus.PENDING).exists()
+            and JobRun.objects.filter(job=job).count() > during + 3
+        ),
+        30,
+        "recovery and catch-up",
+    )
+    log = cluster.log("a")
+    assert log.count("redis.down") == 1, log
+    assert "redis.up" in log
+    assert_every_slot_once(job)
+
+
+def test_lost_database_connections_are_survived_and_every_slot_still_recorded(cluster):
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("terminating server-side connections needs PostgreSQL")
+    job = every_second_job()
+    a = cluster.start("a", settings={"CATCHUP_CAP": 100})
+    wait_for(lambda: first_dispatch_by("a", job), 15, "a to dispatch")
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline:  # cut the scheduler's connections again and again
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        time.sleep(0.3)
+    before = JobRun.objects.filter(job=job).count()
+    wait_for(lambda: JobRun.objects.filter(job=job).count() > before + 2, 20, "dispatch to resume")
+    assert a.poll() is None
+    log = cluster.log("a")
+    assert "db.down" in log
+    assert "db.up" in log
+    assert_every_slot_once(job)
