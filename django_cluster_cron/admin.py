@@ -66,6 +66,7 @@ class JobDefinitionForm(forms.ModelForm):  # type: ignore[type-arg]
             "max_retries",
             "retry_backoff",
             "retry_backoff_max",
+            "on_worker_lost",
             "soft_time_limit",
             "time_limit",
         )
@@ -128,6 +129,7 @@ class JobDefinitionAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                     "max_retries",
                     "retry_backoff",
                     "retry_backoff_max",
+                    "on_worker_lost",
                     "soft_time_limit",
                     "time_limit",
                 )

@@ -143,6 +143,14 @@ DEFAULTS: dict[str, Setting] = {
         None, _optional_text, "Queue for jobs that name none; None uses Celery's routing."
     ),
     "RUN_RETENTION_DAYS": Setting(30, _positive_int, "prune_runs keeps this many days of runs."),
+    "RUN_HEARTBEAT_INTERVAL": Setting(
+        10.0, _positive_seconds, "How often a worker marks a running run as alive, seconds."
+    ),
+    "RUN_LOST_AFTER": Setting(
+        60.0,
+        _positive_seconds,
+        "A running run with no heartbeat for this long is declared lost (its worker died).",
+    ),
 }
 
 
@@ -237,6 +245,14 @@ class ClusterCronSettings:
     @property
     def RUN_RETENTION_DAYS(self) -> int:
         return int(self.get("RUN_RETENTION_DAYS"))
+
+    @property
+    def RUN_HEARTBEAT_INTERVAL(self) -> float:
+        return float(self.get("RUN_HEARTBEAT_INTERVAL"))
+
+    @property
+    def RUN_LOST_AFTER(self) -> timedelta:
+        return timedelta(seconds=self.get("RUN_LOST_AFTER"))
 
     def task_allowed(self, name: str) -> bool:
         patterns = self.TASK_ALLOWLIST

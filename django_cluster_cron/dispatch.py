@@ -60,7 +60,7 @@ class CeleryDispatcher:
                 for message in messages:
                     self.app.send_task(
                         EXECUTE_TASK,
-                        args=[message.run_id],
+                        args=[message.run_id, message.attempt],
                         task_id=message.task_id,
                         producer=producer,
                         retry=True,
@@ -93,4 +93,10 @@ def routing_for(message: OutboxMessage) -> dict[str, Any]:
         options["priority"] = message.priority
     if message.expires is not None:
         options["expires"] = message.expires
+    if message.soft_time_limit:
+        options["soft_time_limit"] = message.soft_time_limit
+    if message.time_limit:
+        options["time_limit"] = message.time_limit
+    if message.eta is not None:
+        options["eta"] = message.eta
     return options

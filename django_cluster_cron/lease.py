@@ -181,10 +181,15 @@ class LeaderLease:
             result = self._scripts.acquire(keys=[self.key], args=[self.token, self._ttl_ms])
         return bool(result)
 
-    def renew(self) -> bool:
-        """Re-arm the TTL if the lease is still ours; False if it expired or another holds it."""
+    def renew(self, ttl: float | None = None) -> bool:
+        """Re-arm the TTL (or set it to ``ttl`` seconds) if the lease is still ours.
+
+        False if it expired or another holds it. A cluster lock's ``at_least`` uses ``ttl`` to
+        keep a released lock held for the rest of its minimum time.
+        """
+        ttl_ms = self._ttl_ms if ttl is None else max(1, round(ttl * 1000))
         with self._redis_errors():
-            result = self._scripts.renew(keys=[self.key], args=[self.token, self._ttl_ms])
+            result = self._scripts.renew(keys=[self.key], args=[self.token, ttl_ms])
         return bool(result)
 
     def release(self) -> bool:

@@ -34,6 +34,11 @@ class OverlapPolicy(models.TextChoices):
     BUFFER_ONE = "buffer_one", "buffer one — keep at most one run waiting"
 
 
+class WorkerLostPolicy(models.TextChoices):
+    RETRY = "retry", "retry — run it again if retries remain (at-least-once)"
+    FAIL = "fail", "fail — never run it again (at-most-once)"
+
+
 def default_catchup_policy() -> str:
     return app_settings.CATCHUP_POLICY
 
@@ -132,6 +137,14 @@ class JobDefinition(models.Model):
     )
     retry_backoff_max = models.FloatField(
         default=600.0, validators=[MinValueValidator(0.0)], help_text="Upper bound, seconds."
+    )
+    on_worker_lost = models.CharField(
+        max_length=8,
+        choices=WorkerLostPolicy.choices,
+        default=WorkerLostPolicy.RETRY,
+        help_text="When the worker running this job dies mid-run: 'retry' runs it again as the "
+        "next attempt if retries remain (the body may run twice: make it idempotent); 'fail' "
+        "records the run failed and never runs it again.",
     )
     soft_time_limit = models.PositiveIntegerField(
         null=True, blank=True, validators=[MinValueValidator(1)], help_text="Seconds."
@@ -359,6 +372,12 @@ class JobRun(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     duration = models.DurationField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(
+        null=True, blank=True, help_text="Last sign of life from the worker running it."
+    )
+    retry_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the next attempt is due (status retrying)."
+    )
     worker = models.CharField(max_length=255, blank=True, help_text="Worker hostname and pid.")
     reason = models.CharField(
         max_length=255, blank=True, help_text="Why the run was missed, skipped or cancelled."

@@ -105,6 +105,8 @@ class Scheduler:
         self.poll_interval = poll_interval or app_settings.POLL_INTERVAL
         self.batch_size = batch_size or app_settings.BATCH_SIZE
         self.republish_after = app_settings.OUTBOX_REPUBLISH_AFTER
+        self.lost_after = app_settings.RUN_LOST_AFTER
+        self.sweep_interval = min(self.republish_after, self.lost_after).total_seconds() / 2
         self.stop = stop or threading.Event()
         self.health = Health()
         self.epoch: int | None = None
@@ -166,8 +168,9 @@ class Scheduler:
                 self._dispatch_due()
                 next_due = self.store.next_due_at()
             if time.monotonic() >= self._sweep_at:
+                self._recover_lost()
                 self._republish_stale()
-                self._sweep_at = time.monotonic() + self.republish_after.total_seconds() / 2
+                self._sweep_at = time.monotonic() + self.sweep_interval
         except FencedOut:
             logger.warning("lease.fenced node=%s epoch=%s", self.node_id, self.epoch)
             self._release("fenced")
@@ -267,6 +270,28 @@ class Scheduler:
             self._publish(batch.messages)
             if batch.jobs < self.batch_size:
                 return
+
+    def _recover_lost(self) -> None:
+        assert self.epoch is not None
+        lost = self.store.recover_lost(
+            now=self.clock(), lost_after=self.lost_after, epoch=self.epoch, limit=self.batch_size
+        )
+        if not lost:
+            return
+        from . import signals
+
+        for item in lost:
+            logger.warning(
+                "run.lost run=%s job=%s retried=%s reason=%s",
+                item.run.pk,
+                item.run.job_id,
+                item.retried,
+                item.reason,
+            )
+            signals.send(signals.run_lost, item.run, retried=item.retried, reason=item.reason)
+            if not item.retried:
+                signals.send(signals.run_failed, item.run, error=None)
+        self._publish([OutboxMessage.for_run(item.run) for item in lost if item.retried])
 
     def _republish_stale(self) -> None:
         stale = self.store.stale_pending(

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.db import transaction
-from django.db.models import F, Min, QuerySet
+from django.db.models import F, Min, Q, QuerySet
 
 from .conf import app_settings
 from .core.catchup import SlotPlan, plan_slots
@@ -63,6 +63,35 @@ class OutboxMessage:
     queue: str | None
     priority: int | None
     expires: datetime | None
+    soft_time_limit: int | None = None
+    time_limit: int | None = None
+    eta: datetime | None = None
+
+    @classmethod
+    def for_run(cls, run: JobRun, eta: datetime | None = None) -> OutboxMessage:
+        job = run.job
+        return cls(
+            run_id=run.pk,
+            task_id=run.task_id,
+            job_id=job.pk,
+            scheduled_for=run.scheduled_for,
+            attempt=run.attempt,
+            epoch=run.epoch,
+            trigger=run.trigger,
+            queue=job.queue or app_settings.DEFAULT_QUEUE,
+            priority=job.priority,
+            expires=(run.scheduled_for + timedelta(seconds=job.expires) if job.expires else None),
+            soft_time_limit=job.soft_time_limit,
+            time_limit=job.time_limit,
+            eta=eta,
+        )
+
+
+@dataclass(frozen=True)
+class LostRun:
+    run: JobRun
+    retried: bool
+    reason: str
 
 
 @dataclass
@@ -229,27 +258,8 @@ class RunStore:
         return rows
 
     def _messages(self, runs: QuerySet[JobRun], limit: int | None = None) -> list[OutboxMessage]:
-        default_queue = app_settings.DEFAULT_QUEUE
-        messages = []
-        for run in runs.select_related("job").order_by("scheduled_for", "pk")[:limit]:
-            job = run.job
-            messages.append(
-                OutboxMessage(
-                    run_id=run.pk,
-                    task_id=run.task_id,
-                    job_id=job.pk,
-                    scheduled_for=run.scheduled_for,
-                    attempt=run.attempt,
-                    epoch=run.epoch,
-                    trigger=run.trigger,
-                    queue=job.queue or default_queue,
-                    priority=job.priority,
-                    expires=(
-                        run.scheduled_for + timedelta(seconds=job.expires) if job.expires else None
-                    ),
-                )
-            )
-        return messages
+        ordered = runs.select_related("job").order_by("scheduled_for", "pk")[:limit]
+        return [OutboxMessage.for_run(run) for run in ordered]
 
     # -- the outbox ------------------------------------------------------------------------
 
@@ -266,6 +276,57 @@ class RunStore:
     def stale_pending(
         self, *, now: datetime, older_than: timedelta, limit: int
     ) -> list[OutboxMessage]:
-        """Runs recorded but never confirmed published (a crash between commit and publish)."""
-        stale = JobRun.objects.filter(status=RunStatus.PENDING, created_at__lte=now - older_than)
+        """Runs whose message may never have reached the broker.
+
+        ``pending`` runs older than ``older_than`` (a crash or broker outage between commit and
+        publish), and ``retrying`` runs whose next attempt was due ``older_than`` ago but never
+        started (the worker could not publish the retry).
+        """
+        cutoff = now - older_than
+        stale = JobRun.objects.filter(
+            Q(status=RunStatus.PENDING, created_at__lte=cutoff)
+            | Q(status=RunStatus.RETRYING, retry_at__lte=cutoff)
+        )
         return self._messages(stale, limit)
+
+    def recover_lost(
+        self, *, now: datetime, lost_after: timedelta, epoch: int, limit: int
+    ) -> list[LostRun]:
+        """Runs whose worker stopped heartbeating: retry them or fail them, per job policy."""
+        recovered: list[LostRun] = []
+        with self.fenced(epoch, now):
+            lost = (
+                JobRun.objects.select_for_update()
+                .select_related("job")
+                .filter(status=RunStatus.RUNNING, heartbeat_at__lt=now - lost_after)
+                .order_by("heartbeat_at")[:limit]
+            )
+            for run in lost:
+                recovered.append(self._recover(run, now))
+        return recovered
+
+    def _recover(self, run: JobRun, now: datetime) -> LostRun:
+        job = run.job
+        seen = run.heartbeat_at or run.started_at or now
+        ran_for = (now - run.started_at).total_seconds() if run.started_at else 0.0
+        if job.time_limit and ran_for >= job.time_limit:
+            reason = f"killed: hard time limit of {job.time_limit} s exceeded"
+        else:
+            reason = (
+                f"worker lost: {run.worker or 'its worker'} stopped heartbeating at "
+                f"{seen:%Y-%m-%d %H:%M:%S}Z"
+            )
+        retry = job.on_worker_lost == "retry" and run.attempt <= job.max_retries
+        fields: dict[str, object] = {"error": reason, "finished_at": now}
+        if run.started_at:
+            fields["duration"] = now - run.started_at
+        if retry:
+            fields.update(status=RunStatus.RETRYING, attempt=run.attempt + 1, retry_at=now)
+        else:
+            fields.update(status=RunStatus.FAILED)
+        JobRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING, attempt=run.attempt).update(
+            **fields
+        )
+        for name, value in fields.items():
+            setattr(run, name, value)
+        return LostRun(run=run, retried=retry, reason=reason)

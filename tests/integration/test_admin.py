@@ -29,6 +29,7 @@ VALID = {
     "retry_backoff_max": "600",
     "soft_time_limit": "",
     "time_limit": "",
+    "on_worker_lost": "retry",
 }
 
 

@@ -10,89 +10,18 @@ import itertools
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
-import uuid
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from django.utils import timezone
 
 from django_cluster_cron.models import JobDefinition, JobRun, RunStatus, SchedulerLease
+from tests.integration.cluster import POLL, TTL, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
-TTL = 2.0
-POLL = 0.2
 MARGIN = 1.5  # process start-up and scheduling noise on a busy 2-core machine
-
-
-class Cluster:
-    def __init__(self, env: dict[str, str], logs: Path) -> None:
-        self.prefix = f"t{uuid.uuid4().hex[:8]}"
-        self.env = env
-        self.logs = logs
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
-
-    def start(self, node: str, **extra: object) -> subprocess.Popen[bytes]:
-        env = dict(self.env)
-        settings = {"KEY_PREFIX": self.prefix, **extra.pop("settings", {})}  # type: ignore[dict-item]
-        env["TEST_CLUSTER_CRON"] = json.dumps(settings)
-        env.update({k: str(v) for k, v in extra.items()})
-        log = open(self.logs / f"{node}.log", "ab")  # noqa: SIM115 (closed with the process)
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "django",
-                "run_scheduler",
-                "--node-id",
-                node,
-                "--lease-ttl",
-                str(TTL),
-                "--poll-interval",
-                str(POLL),
-            ],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        self.procs[node] = proc
-        return proc
-
-    def log(self, node: str) -> str:
-        return (self.logs / f"{node}.log").read_text()
-
-    def stop_all(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                os.kill(proc.pid, signal.SIGCONT)
-                proc.terminate()
-        for proc in self.procs.values():
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-@pytest.fixture
-def cluster(django_subprocess_env, tmp_path):
-    c = Cluster(django_subprocess_env, tmp_path)
-    yield c
-    c.stop_all()
-
-
-def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def leader() -> tuple[str, int] | None:

@@ -27,3 +27,43 @@ def fail() -> None:
 def sleep(seconds: float) -> float:
     time.sleep(seconds)
     return seconds
+
+
+def _witness(label: str, seconds: float) -> int:
+    """Record one execution of a body (start, sleep, end) in the witness table; return its id."""
+    import os
+
+    from django.utils import timezone
+
+    from tests.testapp.models import Execution
+
+    execution = Execution.objects.create(label=label, pid=os.getpid(), started_at=timezone.now())
+    if seconds:
+        time.sleep(seconds)
+    Execution.objects.filter(pk=execution.pk).update(finished_at=timezone.now())
+    return int(execution.pk)
+
+
+@shared_task(name="tests.record")
+def record(label: str, seconds: float = 0.0) -> int:
+    return _witness(label, seconds)
+
+
+@shared_task(name="tests.flaky")
+def flaky(label: str, failures: int) -> int:
+    """Fail the first ``failures`` executions for ``label``, then succeed."""
+    from tests.testapp.models import Execution
+
+    _witness(label, 0)
+    if Execution.objects.filter(label=label).count() <= failures:
+        raise RuntimeError(f"{label}: failing on purpose")
+    return failures
+
+
+@shared_task(name="tests.slow_first")
+def slow_first(label: str, seconds: float) -> int:
+    """Sleep ``seconds`` on the first execution for ``label`` only (to be killed mid-run)."""
+    from tests.testapp.models import Execution
+
+    first = not Execution.objects.filter(label=label).exists()
+    return _witness(label, seconds if first else 0)

@@ -201,3 +201,18 @@ def test_overlap_policy_decides_whether_one_more_run_may_go(policy, running, wai
     assert (reason is None) is allowed
     if reason is not None:
         assert policy in reason
+
+
+def test_retry_delays_grow_exponentially_with_jitter_and_respect_the_cap():
+    import random
+
+    from django_cluster_cron.core.retry import retry_delay
+
+    rng = random.Random(7)
+    for attempt, full in [(1, 2.0), (2, 4.0), (3, 8.0), (4, 10.0), (9, 10.0)]:
+        plain = retry_delay(attempt, base=2, cap=10, jitter=False)
+        assert plain == full
+        jittered = retry_delay(attempt, base=2, cap=10, rng=rng)
+        assert full / 2 <= jittered <= full
+    with pytest.raises(ValueError, match="failed_attempt"):
+        retry_delay(0, base=1, cap=1)
