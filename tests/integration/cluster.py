@@ -116,7 +116,9 @@ class Cluster:
 
 
 @pytest.fixture
-def cluster(django_subprocess_env: dict[str, str], tmp_path: Path) -> Any:
+def cluster(django_subprocess_env: dict[str, str], tmp_path: Path, settings: Any) -> Any:
     c = Cluster(django_subprocess_env, tmp_path)
+    # The test process reads the same keys (counters, locks) as the processes it starts.
+    settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "KEY_PREFIX": c.prefix}
     yield c
     c.stop_all()
