@@ -99,6 +99,9 @@ class JobDefinition(models.Model):
     enabled = models.BooleanField(
         default=True, help_text="Paused jobs keep their history; resuming does not catch up."
     )
+    pause_note = models.CharField(
+        max_length=255, blank=True, help_text="Why the job is paused (shown in the jobs list)."
+    )
 
     queue = models.CharField(
         max_length=200, blank=True, help_text="Celery queue; empty uses the project's routing."
@@ -172,6 +175,12 @@ class JobDefinition(models.Model):
         verbose_name = "job"
         ordering: ClassVar = ["name"]
         base_manager_name = "all_objects"
+        permissions: ClassVar = [
+            ("pause_jobdefinition", "Can pause and resume jobs"),
+            ("run_jobdefinition", "Can run jobs now"),
+            ("backfill_jobdefinition", "Can backfill jobs over a past range"),
+            ("softdelete_jobdefinition", "Can soft-delete and restore jobs"),
+        ]
         constraints: ClassVar = [
             models.UniqueConstraint(
                 fields=["name"],
@@ -309,13 +318,15 @@ class JobDefinition(models.Model):
         if errors:
             raise ValidationError(errors)
 
-    def pause(self) -> None:
+    def pause(self, note: str = "") -> None:
         self.enabled = False
+        self.pause_note = note[:255]
         self.save()
 
     def resume(self) -> None:
         """Resume from now on: slots that fell while paused are not caught up."""
         self.enabled = True
+        self.pause_note = ""
         self.save()
 
     def soft_delete(self) -> None:
@@ -391,6 +402,10 @@ class JobRun(models.Model):
     class Meta:
         verbose_name = "run"
         ordering: ClassVar = ["-scheduled_for"]
+        permissions: ClassVar = [
+            ("retry_jobrun", "Can retry failed runs"),
+            ("cancel_jobrun", "Can cancel waiting runs"),
+        ]
         get_latest_by = "scheduled_for"
         constraints: ClassVar = [
             models.UniqueConstraint(
@@ -400,6 +415,7 @@ class JobRun(models.Model):
         indexes: ClassVar = [
             models.Index(fields=["status", "scheduled_for"], name="cluster_cron_run_status"),
             models.Index(fields=["-scheduled_for"], name="cluster_cron_run_recent"),
+            models.Index(fields=["trigger", "scheduled_for"], name="cluster_cron_run_trigger"),
         ]
 
     def __str__(self) -> str:
@@ -430,3 +446,13 @@ class SchedulerLease(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name}: epoch {self.epoch} held by {self.holder or 'nobody'}"
+
+
+class ClusterStatus(SchedulerLease):
+    """Proxy that puts the cluster status page in the admin index (no table of its own)."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "cluster status"
+        verbose_name_plural = "cluster status"
+        permissions: ClassVar = [("forcerelease_lock", "Can force-release cluster locks")]

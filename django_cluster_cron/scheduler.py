@@ -114,6 +114,9 @@ class Scheduler:
         self._lease_valid_until = 0.0
         self._sweep_at = 0.0
         self._reported_invalid: set[int] = set()
+        self._reported_at = 0.0
+        self.last_tick: datetime | None = None
+        self.last_lag: float | None = None
 
     @property
     def is_leader(self) -> bool:
@@ -149,6 +152,28 @@ class Scheduler:
         logger.info("scheduler.stopped node=%s", self.node_id)
 
     def step(self) -> float:
+        """One pass (and a status report for the cluster page); returns how long to sleep."""
+        delay = self._step()
+        self._report()
+        return delay
+
+    def _report(self) -> None:
+        """Publish this node's state for the admin's cluster page (at most once a second)."""
+        if time.monotonic() - self._reported_at < 1.0:
+            return
+        self._reported_at = time.monotonic()
+        from .status import report_node
+
+        report_node(
+            self.lease.client,
+            node_id=self.node_id,
+            epoch=self.epoch,
+            last_tick=self.last_tick,
+            lag=self.last_lag,
+            ttl=max(30.0, self.poll_interval * 3, self.lease.ttl * 3),
+        )
+
+    def _step(self) -> float:
         """One pass; returns how long to sleep before the next.
 
         The database connection is kept across passes (a scheduler is one long-lived process, and
@@ -163,6 +188,7 @@ class Scheduler:
             return 0.0
         try:
             # The idle path is this one indexed query, whatever the number of jobs.
+            self.last_tick = self.clock()
             next_due = self.store.next_due_at()
             if next_due is not None and next_due <= self.clock():
                 self._dispatch_due()
@@ -311,6 +337,10 @@ class Scheduler:
             published = exc.published
         else:
             self.health.up("broker")
+        on_time = [m for m in messages if m.task_id in published and m.trigger == "schedule"]
+        if on_time:
+            now = self.clock()
+            self.last_lag = max((now - m.scheduled_for).total_seconds() for m in on_time)
         for message in messages:
             if message.task_id in published:
                 logger.info(

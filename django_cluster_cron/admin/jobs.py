@@ -1,0 +1,539 @@
+"""The jobs pages: list with run strips, the form with its preview, and the operator actions."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin.views.main import ChangeList
+from django.core.exceptions import ImproperlyConfigured, PermissionDenied, ValidationError
+from django.db.models import OuterRef, QuerySet, Subquery
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+)
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+
+from .. import operations
+from ..celery_app import registered_task_names
+from ..core.errors import ScheduleError
+from ..core.timezones import available_timezones
+from ..describe import describe
+from ..models import JobDefinition, JobRun, RunStatus
+from ..operations import OperationError
+from .display import RECENT_RUNS, badge, recent_runs_by_job, run_strip, success_rate
+
+PREVIEW_COUNT = 10
+
+
+def _task_choices(current: str | None) -> list[tuple[str, str]]:
+    try:
+        names = registered_task_names()
+    except ImproperlyConfigured:
+        names = []
+    from ..conf import app_settings
+
+    choices = [(n, n) for n in names if app_settings.task_allowed(n)]
+    if current and current not in dict(choices):
+        # Keep an unknown stored value visible; the model's clean() explains what is wrong.
+        choices.insert(0, (current, f"{current} (not registered)"))
+    return [("", "---------"), *choices]
+
+
+def _help_text(field: str) -> str:
+    return str(getattr(JobDefinition._meta.get_field(field), "help_text", ""))
+
+
+def _timezone_choices() -> list[tuple[str, str]]:
+    return [(name, name) for name in sorted(available_timezones())]
+
+
+class JobDefinitionForm(forms.ModelForm):  # type: ignore[type-arg]
+    class Meta:
+        model = JobDefinition
+        fields = (
+            "name",
+            "description",
+            "enabled",
+            "pause_note",
+            "cron",
+            "timezone",
+            "task",
+            "args",
+            "kwargs",
+            "queue",
+            "priority",
+            "expires",
+            "catchup_policy",
+            "catchup_window",
+            "overlap_policy",
+            "max_retries",
+            "retry_backoff",
+            "retry_backoff_max",
+            "on_worker_lost",
+            "soft_time_limit",
+            "time_limit",
+        )
+        widgets = {  # noqa: RUF012
+            "args": forms.Textarea(attrs={"rows": 2, "cols": 60}),
+            "kwargs": forms.Textarea(attrs={"rows": 3, "cols": 60}),
+            "description": forms.Textarea(attrs={"rows": 2, "cols": 60}),
+        }
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        current_task = self.instance.task if self.instance else None
+        self.fields["task"] = forms.ChoiceField(
+            choices=_task_choices(self.data.get("task") or current_task),
+            help_text=_help_text("task"),
+        )
+        self.fields["timezone"] = forms.ChoiceField(
+            choices=_timezone_choices()
+            + ([] if not self.data.get("timezone") else [(self.data["timezone"],) * 2]),
+            initial="UTC",
+            help_text=_help_text("timezone"),
+        )
+
+
+POLICY_HELP = {
+    "catchup_policy": (
+        "After an outage, which missed slots inside the catch-up window run: 'all' runs each "
+        "(up to CATCHUP_CAP, the most recent), 'latest' runs only the most recent, 'none' runs "
+        "only slots that are still on time. Slots not run are recorded as missed."
+    ),
+    "catchup_window": "How far back (HH:MM:SS) missed slots are considered after an outage.",
+    "overlap_policy": (
+        "'allow': runs may overlap. 'skip': a slot whose previous run is still waiting or "
+        "running is recorded as skipped. 'buffer_one': at most one run waits behind the one "
+        "running; further slots are skipped."
+    ),
+}
+
+
+class BackfillForm(forms.Form):
+    start = forms.DateTimeField(help_text="From (exclusive), in the server's time zone.")
+    end = forms.DateTimeField(help_text="To (inclusive); must be in the past.")
+
+
+class PauseForm(forms.Form):
+    note = forms.CharField(
+        required=False, max_length=255, help_text="Optional: why, shown in the jobs list."
+    )
+
+
+class LastStatusFilter(admin.SimpleListFilter):
+    title = "last run status"
+    parameter_name = "last_status"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(str(value), str(label)) for value, label in RunStatus.choices]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        if not value:
+            return queryset
+        latest = JobRun.objects.filter(job=OuterRef("pk")).order_by("-scheduled_for")
+        annotated = queryset.annotate(last_status=Subquery(latest.values("status")[:1]))
+        return cast("QuerySet[Any]", annotated.filter(last_status=value))
+
+
+class DeletedFilter(admin.SimpleListFilter):
+    title = "deleted"
+    parameter_name = "deleted"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("no", "live jobs"), ("yes", "soft-deleted")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if self.value() in ("yes", "no"):
+            return cast("QuerySet[Any]", queryset.filter(deleted_at__isnull=self.value() == "no"))
+        return queryset
+
+
+class JobChangeList(ChangeList):
+    """Loads the last runs of every job on the page in one query (for strip, status, rate)."""
+
+    def get_results(self, request: HttpRequest) -> None:
+        super().get_results(request)
+        recent = recent_runs_by_job([job.pk for job in self.result_list])
+        for job in self.result_list:
+            job.recent_runs = recent.get(job.pk, [])
+
+
+@admin.register(JobDefinition)
+class JobDefinitionAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    form = JobDefinitionForm
+    list_display = (
+        "name",
+        "schedule",
+        "timezone",
+        "task",
+        "state",
+        "next_run",
+        "last_status",
+        "recent",
+        "success",
+    )
+    list_filter = (
+        "enabled",
+        LastStatusFilter,
+        "task",
+        "catchup_policy",
+        "overlap_policy",
+        DeletedFilter,
+    )
+    search_fields = ("name", "task", "description")
+    list_per_page = 50
+    readonly_fields = (
+        "upcoming",
+        "next_run_at",
+        "last_scheduled_at",
+        "created_at",
+        "updated_at",
+        "deleted_at",
+    )
+    fieldsets = (
+        (None, {"fields": ("name", "description", "enabled", "pause_note")}),
+        ("Schedule", {"fields": ("cron", "timezone", "upcoming")}),
+        ("Task", {"fields": ("task", "args", "kwargs", "queue", "priority", "expires")}),
+        ("Policies", {"fields": ("catchup_policy", "catchup_window", "overlap_policy")}),
+        (
+            "Retries and limits",
+            {
+                "fields": (
+                    "max_retries",
+                    "retry_backoff",
+                    "retry_backoff_max",
+                    "on_worker_lost",
+                    "soft_time_limit",
+                    "time_limit",
+                )
+            },
+        ),
+        (
+            "Bookkeeping",
+            {
+                "classes": ("collapse",),
+                "fields": (
+                    "next_run_at",
+                    "last_scheduled_at",
+                    "created_at",
+                    "updated_at",
+                    "deleted_at",
+                ),
+            },
+        ),
+    )
+    actions = ("pause_jobs", "resume_jobs", "run_jobs_now", "soft_delete_jobs", "restore_jobs")
+    change_form_template = "admin/django_cluster_cron/jobdefinition/change_form.html"
+
+    # -- queryset, permissions -----------------------------------------------------------
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[JobDefinition]:
+        # Operators see soft-deleted jobs too (the "deleted" filter; restoring them is an action).
+        return cast("QuerySet[JobDefinition]", JobDefinition.all_objects.all())
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return JobChangeList
+
+    def get_form(
+        self, request: HttpRequest, obj: Any | None = None, change: bool = False, **kwargs: Any
+    ) -> Any:
+        form = super().get_form(request, obj, change, **kwargs)
+        for name, text in POLICY_HELP.items():
+            if name in form.base_fields:
+                form.base_fields[name].help_text = text
+        return form
+
+    def _can(self, request: HttpRequest, codename: str) -> bool:
+        return request.user.has_perm(f"django_cluster_cron.{codename}_jobdefinition")
+
+    def has_pause_permission(self, request: HttpRequest) -> bool:
+        return self._can(request, "pause")
+
+    def has_run_permission(self, request: HttpRequest) -> bool:
+        return self._can(request, "run")
+
+    def has_backfill_permission(self, request: HttpRequest) -> bool:
+        return self._can(request, "backfill")
+
+    def has_softdelete_permission(self, request: HttpRequest) -> bool:
+        return self._can(request, "softdelete")
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # Hard delete (with the whole run history) stays with superusers; operators soft-delete.
+        return bool(request.user.is_superuser)
+
+    def get_actions(self, request: HttpRequest) -> Any:
+        actions = super().get_actions(request)
+        if not request.user.is_superuser:
+            actions.pop("delete_selected", None)
+        return actions
+
+    # -- list columns --------------------------------------------------------------------
+
+    @admin.display(description="schedule", ordering="cron")
+    def schedule(self, job: JobDefinition) -> SafeString:
+        return format_html("<code>{}</code><br><small>{}</small>", job.cron, describe(job.cron))
+
+    @admin.display(description="state", ordering="enabled")
+    def state(self, job: JobDefinition) -> SafeString:
+        if job.deleted_at is not None:
+            return format_html('<span style="color:{}">{}</span>', "#b71c1c", "deleted")
+        if job.enabled:
+            return format_html('<span style="color:{}">{}</span>', "#2e7d32", "enabled")
+        note = format_html("<br><small>{}</small>", job.pause_note) if job.pause_note else ""
+        return format_html('<span style="color:{}">{}</span>{}', "#ef6c00", "paused", note)
+
+    @admin.display(description="next run", ordering="next_run_at")
+    def next_run(self, job: JobDefinition) -> SafeString | str:
+        if job.next_run_at is None:
+            return "—"
+        try:
+            zone = job.schedule.zone
+        except ScheduleError:
+            return "invalid schedule"
+        job_time = job.next_run_at.astimezone(zone)
+        yours = timezone.localtime(job.next_run_at)
+        return format_html(
+            "{}<br><small>{} yours</small>",
+            f"{job_time:%Y-%m-%d %H:%M:%S %Z}",
+            f"{yours:%Y-%m-%d %H:%M:%S %Z}",
+        )
+
+    def _recent(self, job: JobDefinition) -> list[dict[str, Any]]:
+        recent = getattr(job, "recent_runs", None)
+        if recent is None:  # outside the changelist (e.g. a detail page): one query
+            recent = recent_runs_by_job([job.pk]).get(job.pk, [])
+        return list(recent)
+
+    @admin.display(description="last run")
+    def last_status(self, job: JobDefinition) -> SafeString | str:
+        recent = self._recent(job)
+        return badge(recent[0]["status"]) if recent else "—"
+
+    @admin.display(description=f"last {RECENT_RUNS} runs")
+    def recent(self, job: JobDefinition) -> SafeString | str:
+        url = reverse("admin:django_cluster_cron_jobrun_changelist") + f"?job__id__exact={job.pk}"
+        return format_html('<a href="{}">{}</a>', url, run_strip(self._recent(job)))
+
+    @admin.display(description="success")
+    def success(self, job: JobDefinition) -> str:
+        return success_rate(self._recent(job))
+
+    @admin.display(description=f"next {PREVIEW_COUNT} runs")
+    def upcoming(self, job: JobDefinition) -> SafeString | str:
+        if not job.cron:
+            return "Save the job to see its upcoming runs."
+        try:
+            schedule = job.schedule
+        except ScheduleError as exc:
+            return f"No preview: {exc}"
+        times = schedule.fire_times(timezone.now(), PREVIEW_COUNT)
+        rows = (
+            (
+                f"{t.astimezone(schedule.zone):%a %Y-%m-%d %H:%M:%S %Z}",
+                f"{t:%Y-%m-%d %H:%M:%S} UTC",
+                schedule.dst_note(t) or "",
+            )
+            for t in times
+        )
+        return format_html(
+            '<p>{}</p><table class="dcc-upcoming"><thead><tr><th>{}</th><th>UTC</th><th>DST</th>'
+            "</tr></thead><tbody>{}</tbody></table>",
+            describe(job.cron),
+            job.timezone,
+            format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td></tr>", rows),
+        )
+
+    # -- actions -------------------------------------------------------------------------
+
+    def _each(
+        self, request: HttpRequest, queryset: QuerySet[JobDefinition], verb: str, do: Any
+    ) -> None:
+        done = 0
+        for job in queryset:
+            try:
+                message = do(job)
+            except (OperationError, ValidationError) as exc:
+                self.message_user(request, f"{job}: {_text(exc)}", messages.ERROR)
+                continue
+            self.log_change(request, job, message)
+            done += 1
+        if done:
+            self.message_user(request, f"{verb} {done} job(s).", messages.SUCCESS)
+
+    @admin.action(description="Pause selected jobs", permissions=["pause"])
+    def pause_jobs(self, request: HttpRequest, queryset: QuerySet[JobDefinition]) -> None:
+        def pause(job: JobDefinition) -> str:
+            job.pause()
+            return "Paused."
+
+        self._each(request, queryset.filter(enabled=True), "Paused", pause)
+
+    @admin.action(description="Resume selected jobs (no catch-up)", permissions=["pause"])
+    def resume_jobs(self, request: HttpRequest, queryset: QuerySet[JobDefinition]) -> None:
+        def resume(job: JobDefinition) -> str:
+            job.resume()
+            return "Resumed."
+
+        self._each(request, queryset.filter(enabled=False), "Resumed", resume)
+
+    @admin.action(description="Run selected jobs now", permissions=["run"])
+    def run_jobs_now(self, request: HttpRequest, queryset: QuerySet[JobDefinition]) -> None:
+        by = f"admin:{request.user.get_username()}"
+
+        def run(job: JobDefinition) -> str:
+            created = operations.run_now(job, by=by)
+            return f"Run now: run {created.pk} ({created.status})."
+
+        self._each(request, queryset.filter(deleted_at__isnull=True), "Started", run)
+
+    @admin.action(description="Soft-delete selected jobs", permissions=["softdelete"])
+    def soft_delete_jobs(self, request: HttpRequest, queryset: QuerySet[JobDefinition]) -> None:
+        def soft_delete(job: JobDefinition) -> str:
+            job.soft_delete()
+            return "Soft-deleted."
+
+        self._each(request, queryset.filter(deleted_at__isnull=True), "Soft-deleted", soft_delete)
+
+    @admin.action(description="Restore selected jobs", permissions=["softdelete"])
+    def restore_jobs(self, request: HttpRequest, queryset: QuerySet[JobDefinition]) -> None:
+        def restore(job: JobDefinition) -> str:
+            job.restore()
+            return "Restored."
+
+        self._each(request, queryset.filter(deleted_at__isnull=False), "Restored", restore)
+
+    # -- per-job pages: pause with a note, run now, backfill -----------------------------
+
+    def get_urls(self) -> list[Any]:
+        wrap = self.admin_site.admin_view
+        return [
+            path("<int:pk>/pause/", wrap(self.pause_view), name="django_cluster_cron_job_pause"),
+            path("<int:pk>/resume/", wrap(self.resume_view), name="django_cluster_cron_job_resume"),
+            path("<int:pk>/run-now/", wrap(self.run_now_view), name="django_cluster_cron_job_run"),
+            path(
+                "<int:pk>/backfill/",
+                wrap(self.backfill_view),
+                name="django_cluster_cron_job_backfill",
+            ),
+            *super().get_urls(),
+        ]
+
+    def _job_or_404(self, request: HttpRequest, pk: int, allowed: bool) -> JobDefinition:
+        if not allowed:
+            raise PermissionDenied
+        job = self.get_object(request, str(pk))
+        if job is None:
+            raise Http404
+        return cast(JobDefinition, job)
+
+    def _back(self, job: JobDefinition) -> HttpResponseRedirect:
+        return HttpResponseRedirect(
+            reverse("admin:django_cluster_cron_jobdefinition_change", args=[job.pk])
+        )
+
+    def pause_view(self, request: HttpRequest, pk: int) -> HttpResponse:
+        job = self._job_or_404(request, pk, self.has_pause_permission(request))
+        form = PauseForm(request.POST or None, initial={"note": job.pause_note})
+        if request.method == "POST" and form.is_valid():
+            job.pause(form.cleaned_data["note"])
+            note = form.cleaned_data["note"]
+            self.log_change(request, job, f"Paused. {note}".strip())
+            self.message_user(request, f"Paused {job}.", messages.SUCCESS)
+            return self._back(job)
+        return self._render(request, job, "pause", form, title=f"Pause {job}")
+
+    def resume_view(self, request: HttpRequest, pk: int) -> HttpResponse:
+        job = self._job_or_404(request, pk, self.has_pause_permission(request))
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        job.resume()
+        self.log_change(request, job, "Resumed.")
+        self.message_user(request, f"Resumed {job}; it runs from its next slot.", messages.SUCCESS)
+        return self._back(job)
+
+    def run_now_view(self, request: HttpRequest, pk: int) -> HttpResponse:
+        job = self._job_or_404(request, pk, self.has_run_permission(request))
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        try:
+            run = operations.run_now(job, by=f"admin:{request.user.get_username()}")
+        except OperationError as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+            return self._back(job)
+        self.log_change(request, job, f"Run now: run {run.pk} ({run.status}).")
+        level = messages.WARNING if run.status == RunStatus.SKIPPED else messages.SUCCESS
+        self.message_user(request, f"Run {run.pk} of {job}: {run.status}. {run.reason}", level)
+        return HttpResponseRedirect(
+            reverse("admin:django_cluster_cron_jobrun_change", args=[run.pk])
+        )
+
+    def backfill_view(self, request: HttpRequest, pk: int) -> HttpResponse:
+        job = self._job_or_404(request, pk, self.has_backfill_permission(request))
+        form = BackfillForm(request.POST or None)
+        plan = None
+        if request.method == "POST" and form.is_valid():
+            start, end = form.cleaned_data["start"], form.cleaned_data["end"]
+            try:
+                if "confirm" in request.POST:
+                    runs = operations.backfill(
+                        job, start, end, by=f"admin:{request.user.get_username()}"
+                    )
+                    self.log_change(request, job, f"Backfill {start} to {end}: {len(runs)} runs.")
+                    self.message_user(
+                        request, f"Backfill recorded {len(runs)} run(s).", messages.SUCCESS
+                    )
+                    return self._back(job)
+                plan = operations.plan_backfill(job, start, end)
+            except (OperationError, ScheduleError) as exc:
+                form.add_error(None, str(exc))
+        return self._render(
+            request,
+            job,
+            "backfill",
+            form,
+            title=f"Backfill {job}",
+            plan=plan,
+            limit=operations.BACKFILL_LIMIT,
+        )
+
+    def _render(
+        self, request: HttpRequest, job: JobDefinition, page: str, form: Any, **context: Any
+    ) -> HttpResponse:
+        return TemplateResponse(
+            request,
+            f"admin/django_cluster_cron/jobdefinition/{page}.html",
+            {
+                **self.admin_site.each_context(request),
+                "opts": self.model._meta,
+                "original": job,
+                "form": form,
+                **context,
+            },
+        )
+
+    def render_change_form(
+        self, request: HttpRequest, context: dict[str, Any], *args: Any, **kwargs: Any
+    ) -> Any:
+        context.update(
+            can_pause=self.has_pause_permission(request),
+            can_run=self.has_run_permission(request),
+            can_backfill=self.has_backfill_permission(request),
+        )
+        return super().render_change_form(request, context, *args, **kwargs)
+
+
+def _text(exc: BaseException) -> str:
+    if isinstance(exc, ValidationError):
+        return "; ".join(exc.messages)
+    return str(exc)

@@ -1,0 +1,181 @@
+"""The run ledger: a read-only list built for millions of rows, details, retry and cancel."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.core.paginator import Paginator
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.functional import cached_property
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from .. import operations
+from ..models import JobDefinition, JobRun
+from ..operations import OperationError
+from .display import badge, duration_text
+
+COUNT_CAP = 10_000
+JOB_FILTER_CHOICES = 30
+
+
+class CappedCountPaginator(Paginator):  # type: ignore[type-arg]
+    """Counts at most COUNT_CAP + 1 rows: a million-row ledger must not be counted per page view.
+
+    Past the cap the list shows "10,001" results and pages up to that far; filters narrow it.
+    """
+
+    @cached_property
+    def count(self) -> int:
+        return int(self.object_list[: COUNT_CAP + 1].count())  # type: ignore[attr-defined]
+
+
+class JobFilter(admin.SimpleListFilter):
+    """Filter by job without scanning the ledger for the jobs that occur in it."""
+
+    title = "job"
+    parameter_name = "job__id__exact"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        jobs = JobDefinition.all_objects.order_by("name").values_list("pk", "name")
+        choices = [(str(pk), name) for pk, name in jobs[:JOB_FILTER_CHOICES]]
+        current = self.value()
+        if current and current not in dict(choices):
+            name = JobDefinition.all_objects.filter(pk=current).values_list("name", flat=True)
+            choices.append((current, next(iter(name), f"job {current}")))
+        return choices
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        return queryset.filter(job_id=self.value()) if self.value() else queryset
+
+
+@admin.register(JobRun)
+class JobRunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    list_display = (
+        "job_link",
+        "scheduled_for",
+        "trigger",
+        "status_badge",
+        "attempt",
+        "queued_at",
+        "started_at",
+        "finished_at",
+        "took",
+        "worker",
+        "dispatched_by",
+        "epoch",
+    )
+    list_filter = ("status", "trigger", JobFilter)
+    list_select_related = ("job",)
+    date_hierarchy = "scheduled_for"
+    search_fields = ("=task_id", "job__name")
+    show_full_result_count = False
+    paginator = CappedCountPaginator
+    list_per_page = 100
+    actions = ("retry_runs", "cancel_runs")
+    fieldsets = (
+        (
+            None,
+            {"fields": ("job", "scheduled_for", "status_badge", "trigger", "attempt", "task_id")},
+        ),
+        (
+            "Timing",
+            {
+                "fields": (
+                    "queued_at",
+                    "started_at",
+                    "heartbeat_at",
+                    "finished_at",
+                    "took",
+                    "retry_at",
+                )
+            },
+        ),
+        ("Where", {"fields": ("worker", "dispatched_by", "epoch")}),
+        ("Outcome", {"fields": ("reason", "result", "error", "traceback_block")}),
+    )
+    readonly_fields = (
+        "job",
+        "scheduled_for",
+        "status_badge",
+        "trigger",
+        "attempt",
+        "task_id",
+        "queued_at",
+        "started_at",
+        "heartbeat_at",
+        "finished_at",
+        "took",
+        "retry_at",
+        "worker",
+        "dispatched_by",
+        "epoch",
+        "reason",
+        "result",
+        "error",
+        "traceback_block",
+    )
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_retry_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("django_cluster_cron.retry_jobrun")
+
+    def has_cancel_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("django_cluster_cron.cancel_jobrun")
+
+    @admin.display(description="job", ordering="job__name")
+    def job_link(self, run: JobRun) -> SafeString:
+        url = reverse("admin:django_cluster_cron_jobdefinition_change", args=[run.job_id])
+        return format_html('<a href="{}">{}</a>', url, run.job.name)
+
+    @admin.display(description="status", ordering="status")
+    def status_badge(self, run: JobRun) -> SafeString:
+        return badge(run.status)
+
+    @admin.display(description="duration", ordering="duration")
+    def took(self, run: JobRun) -> str:
+        return duration_text(run.duration)
+
+    @admin.display(description="traceback")
+    def traceback_block(self, run: JobRun) -> SafeString | str:
+        if not run.traceback:
+            return "—"
+        return format_html('<pre style="white-space:pre-wrap">{}</pre>', run.traceback)
+
+    def _each(self, request: HttpRequest, runs: QuerySet[JobRun], verb: str, do: Any) -> None:
+        done = 0
+        for run in runs.select_related("job"):
+            try:
+                do(run)
+            except OperationError as exc:
+                self.message_user(request, str(exc), messages.ERROR)
+                continue
+            self.log_change(request, run, f"{verb}.")
+            done += 1
+        if done:
+            self.message_user(request, f"{verb}: {done} run(s).", messages.SUCCESS)
+
+    @admin.action(description="Retry selected failed runs", permissions=["retry"])
+    def retry_runs(self, request: HttpRequest, queryset: QuerySet[JobRun]) -> None:
+        self._each(request, queryset, "Retried", operations.retry)
+
+    @admin.action(description="Cancel selected waiting runs", permissions=["cancel"])
+    def cancel_runs(self, request: HttpRequest, queryset: QuerySet[JobRun]) -> None:
+        by = request.user.get_username()
+        self._each(
+            request,
+            queryset,
+            "Cancelled",
+            lambda run: operations.cancel(run, reason=f"cancelled by {by}"),
+        )

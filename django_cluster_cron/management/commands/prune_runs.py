@@ -1,0 +1,63 @@
+"""``manage.py prune_runs``: delete runs older than the retention, in batches, with progress."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils import timezone
+
+from django_cluster_cron.conf import app_settings
+from django_cluster_cron.models import JobRun, RunStatus
+
+ACTIVE = (RunStatus.PENDING, RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.RETRYING)
+BAR_WIDTH = 30
+
+
+class Command(BaseCommand):
+    help = (
+        "Delete finished runs whose slot is older than CLUSTER_CRON['RUN_RETENTION_DAYS'] "
+        "(or --days). Runs still waiting or running are kept."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--days", type=int, help="Keep this many days instead of the setting.")
+        parser.add_argument("--batch-size", type=int, default=5000)
+        parser.add_argument("--dry-run", action="store_true", help="Only count what would go.")
+        parser.add_argument("--no-progress", action="store_true", help="No progress bar.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        days = options["days"] if options["days"] is not None else app_settings.RUN_RETENTION_DAYS
+        if days < 0:
+            raise CommandError("--days must be 0 or more.")
+        if options["batch_size"] < 1:
+            raise CommandError("--batch-size must be at least 1.")
+        cutoff = timezone.now() - timedelta(days=days)
+        old = JobRun.objects.filter(scheduled_for__lt=cutoff).exclude(status__in=ACTIVE)
+        total = old.count()
+        if options["dry_run"]:
+            self.stdout.write(
+                f"{total:,} runs older than {cutoff:%Y-%m-%d %H:%M}Z would be deleted."
+            )
+            return
+        deleted = 0
+        while True:
+            batch = list(old.order_by("pk").values_list("pk", flat=True)[: options["batch_size"]])
+            if not batch:
+                break
+            deleted += JobRun.objects.filter(pk__in=batch).delete()[0]
+            if not options["no_progress"]:
+                self._progress(deleted, total)
+        if not options["no_progress"] and total:
+            self.stdout.write("")
+        self.stdout.write(
+            self.style.SUCCESS(f"Deleted {deleted:,} runs older than {cutoff:%Y-%m-%d %H:%M}Z.")
+        )
+
+    def _progress(self, done: int, total: int) -> None:
+        share = min(1.0, done / total) if total else 1.0
+        filled = round(BAR_WIDTH * share)
+        bar = "#" * filled + "." * (BAR_WIDTH - filled)
+        self.stdout.write(f"\r[{bar}] {share:4.0%} {done:,}/{total:,}", ending="")
+        self.stdout.flush()

@@ -1,0 +1,177 @@
+"""Operator actions: run now, backfill, retry, cancel, pause and resume.
+
+The admin (and any code of yours) calls these. They write the ledger like the scheduler does —
+one row per (job, slot), the overlap policy applied, the row recorded before it is published —
+but they are operator writes, not leader writes, so they carry no fencing epoch. A run whose
+publish fails stays ``pending`` and the leader's outbox sends it later.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from .core.overlap import OverlapPolicy, overlap_refusal
+from .core.slots import task_id_for
+from .models import JobDefinition, JobRun, RunStatus, RunTrigger
+
+logger = logging.getLogger("django_cluster_cron.operations")
+
+BACKFILL_LIMIT = 1000
+ACTIVE = (RunStatus.PENDING, RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.RETRYING)
+CANCELLABLE = (RunStatus.PENDING, RunStatus.QUEUED, RunStatus.RETRYING)
+
+
+class OperationError(Exception):
+    """The action cannot be done; the message says why (shown to the operator)."""
+
+
+def _activity(job: JobDefinition) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    for status in JobRun.objects.filter(job=job, status__in=ACTIVE).values_list(
+        "status", flat=True
+    ):
+        counts["running" if status == RunStatus.RUNNING else "waiting"] += 1
+    return counts
+
+
+def _row(
+    job: JobDefinition, slot: datetime, trigger: str, counts: Counter[str], node: str
+) -> JobRun:
+    refusal = None
+    if job.overlap_policy != OverlapPolicy.ALLOW.value:
+        refusal = overlap_refusal(
+            job.overlap_policy, running=counts["running"], waiting=counts["waiting"]
+        )
+    if refusal is None:
+        counts["waiting"] += 1
+    return JobRun(
+        job=job,
+        scheduled_for=slot,
+        task_id=task_id_for(job.pk, slot),
+        trigger=trigger,
+        status=RunStatus.SKIPPED if refusal else RunStatus.PENDING,
+        reason=(refusal or "")[:255],
+        dispatched_by=node,
+    )
+
+
+def publish(runs: list[JobRun]) -> int:
+    """Publish pending runs now; mark the ones the broker took ``queued``. Returns that count."""
+    from .dispatch import CeleryDispatcher, PublishFailed
+    from .store import OutboxMessage
+
+    pending = [r for r in runs if r.status == RunStatus.PENDING]
+    if not pending:
+        return 0
+    messages = [
+        OutboxMessage.for_run(run)
+        for run in JobRun.objects.select_related("job").filter(pk__in=[r.pk for r in pending])
+    ]
+    try:
+        published = CeleryDispatcher().publish(messages)
+    except PublishFailed as exc:
+        logger.error("operations.publish_failed error=%s (the outbox will retry)", exc.cause)
+        published = exc.published
+    queued: int = JobRun.objects.filter(task_id__in=published, status=RunStatus.PENDING).update(
+        status=RunStatus.QUEUED, queued_at=timezone.now()
+    )
+    return queued
+
+
+def run_now(job: JobDefinition, *, by: str = "admin") -> JobRun:
+    """Record and publish a ``manual`` run of ``job`` for now; its schedule does not move."""
+    counts = _activity(job)
+    now = timezone.now()
+    try:
+        with transaction.atomic():
+            run = _row(job, now, RunTrigger.MANUAL, counts, by)
+            run.save()
+    except IntegrityError:
+        raise OperationError("A run for this very instant already exists; try again.") from None
+    publish([run])
+    run.refresh_from_db()
+    logger.info("run.manual job=%s run=%s status=%s by=%s", job.pk, run.pk, run.status, by)
+    return run
+
+
+@dataclass(frozen=True)
+class BackfillPlan:
+    slots: list[datetime]  # slots in the range that have no run yet
+    existing: int  # slots in the range that already have a run (left alone)
+    truncated: bool  # the range holds more than BACKFILL_LIMIT new slots
+
+
+def plan_backfill(job: JobDefinition, start: datetime, end: datetime) -> BackfillPlan:
+    """The slots of ``job`` in ``(start, end]`` a backfill would create (bounded)."""
+    if end <= start:
+        raise OperationError("The end of the range must be after its start.")
+    if end > timezone.now():
+        raise OperationError("A backfill covers the past only; the end is in the future.")
+    slots: list[datetime] = []
+    truncated = False
+    for slot in job.schedule.iter_after(start):
+        if slot > end:
+            break
+        if len(slots) >= BACKFILL_LIMIT * 2:
+            truncated = True
+            break
+        slots.append(slot)
+    taken = set(
+        JobRun.objects.filter(job=job, scheduled_for__in=slots).values_list(
+            "scheduled_for", flat=True
+        )
+    )
+    new = [s for s in slots if s not in taken]
+    if len(new) > BACKFILL_LIMIT:
+        new, truncated = new[:BACKFILL_LIMIT], True
+    return BackfillPlan(slots=new, existing=len(taken), truncated=truncated)
+
+
+def backfill(
+    job: JobDefinition, start: datetime, end: datetime, *, by: str = "admin"
+) -> list[JobRun]:
+    """Record and publish ``backfill`` runs for the range's missing slots, through the overlap
+    policy (with ``skip``, only the first slot runs while it is active; the rest are skipped)."""
+    plan = plan_backfill(job, start, end)
+    if plan.truncated:
+        raise OperationError(
+            f"The range holds more than {BACKFILL_LIMIT:,} slots without a run; narrow it."
+        )
+    counts = _activity(job)
+    rows = [_row(job, slot, RunTrigger.BACKFILL, counts, by) for slot in plan.slots]
+    with transaction.atomic():
+        JobRun.objects.bulk_create(rows, ignore_conflicts=True)
+    created = list(JobRun.objects.filter(job=job, task_id__in=[r.task_id for r in rows]))
+    publish(created)
+    logger.info("run.backfill job=%s slots=%s by=%s", job.pk, len(rows), by)
+    return created
+
+
+def retry(run: JobRun) -> JobRun:
+    """Run a failed run again: the same run, the next attempt."""
+    updated = JobRun.objects.filter(pk=run.pk, status=RunStatus.FAILED).update(
+        status=RunStatus.PENDING, attempt=run.attempt + 1, retry_at=None, finished_at=None
+    )
+    if not updated:
+        raise OperationError(f"Run {run.pk} is {run.status}, not failed: only failed runs retry.")
+    run.refresh_from_db()
+    publish([run])
+    run.refresh_from_db()
+    return run
+
+
+def cancel(run: JobRun, *, reason: str = "cancelled by an operator") -> JobRun:
+    """Cancel a run that has not started (pending, queued or waiting for a retry)."""
+    updated = JobRun.objects.filter(pk=run.pk, status__in=CANCELLABLE).update(
+        status=RunStatus.CANCELLED, reason=reason[:255], finished_at=timezone.now()
+    )
+    if not updated:
+        raise OperationError(f"Run {run.pk} is {run.status}: only waiting runs can be cancelled.")
+    run.refresh_from_db()
+    return run
