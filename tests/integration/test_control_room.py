@@ -177,7 +177,7 @@ def test_pause_with_a_note_then_resume_are_recorded_in_the_admin_log(admin_clien
     assert job.next_run_at is None
     assert "maintenance window" in admin_client.get(JOBS).content.decode()
     admin_client.post(reverse("admin:django_cluster_cron_job_resume", args=[job.pk]))
-    job.refresh_from_db()
+    job = JobDefinition.objects.get(pk=job.pk)
     assert job.enabled
     assert job.pause_note == ""
     assert job.next_run_at is not None
