@@ -1,0 +1,88 @@
+"""An operator's session in a real browser: create, fix, preview, run now, pause, cluster page."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from django_cluster_cron.models import JobDefinition, JobRun, RunStatus
+from tests.integration.cluster import wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240), pytest.mark.django_db(transaction=True)]
+
+
+def login(page, live_server):
+    page.goto(f"{live_server.url}/admin/login/")
+    page.fill("#id_username", "admin")
+    page.fill("#id_password", "password")
+    page.click("input[type=submit]")
+    page.wait_for_selector("#content")
+
+
+def test_an_operator_creates_fixes_runs_pauses_and_watches_the_cluster(
+    page, live_server, admin_user, cluster, screenshot_dir
+):
+    cluster.worker("browser-worker")
+    cluster.start("browser-node")
+    login(page, live_server)
+
+    # A bad cron is refused on its field, with the reason.
+    page.goto(f"{live_server.url}/admin/django_cluster_cron/jobdefinition/add/")
+    page.fill("#id_name", "browser report")
+    page.fill("#id_cron", "61 * * * *")
+    page.select_option("#id_timezone", "Europe/Berlin")
+    page.select_option("#id_task", "tests.record")
+    page.fill("#id_args", '["browser", 0]')
+    page.click("input[name=_continue]")
+    error = page.locator(".field-cron .errorlist")
+    assert "minute field: '61' — 61 is out of range 0-59" in error.inner_text()
+    assert not JobDefinition.objects.exists()
+
+    # Fixed, it saves and the change page previews the next ten fire times in the job's zone.
+    page.fill("#id_cron", "*/5 * * * *")
+    page.click("input[name=_continue]")
+    page.wait_for_selector(".dcc-upcoming")
+    rows = page.locator(".dcc-upcoming tbody tr")
+    assert rows.count() == 10
+    assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d[05]:00 CES?T", rows.first.inner_text())
+    assert "Every 5 minutes" in page.locator(".field-upcoming").inner_text()
+    job = JobDefinition.objects.get(name="browser report")
+
+    # Run now: the run appears and a real worker takes it to success.
+    cluster.wait_ready("browser-worker")
+    page.click("button.dcc-run-now")
+    page.wait_for_url(re.compile(r"/jobrun/\d+/change/"))
+    run = JobRun.objects.get(job=job)
+    wait_for(
+        lambda: JobRun.objects.filter(pk=run.pk, status=RunStatus.SUCCESS).exists(),
+        60,
+        "the manual run to succeed",
+    )
+    page.reload()
+    assert "success" in page.locator(".field-status_badge").inner_text()
+    assert "manual" in page.locator(".field-trigger").inner_text().lower()
+
+    # Pause with a note: the list shows the job paused, with the note.
+    page.goto(f"{live_server.url}/admin/django_cluster_cron/jobdefinition/{job.pk}/change/")
+    page.click("a.dcc-pause")
+    page.fill("#id_note", "vendor API down until Monday")
+    page.click("input[name=pause]")
+    page.goto(f"{live_server.url}/admin/django_cluster_cron/jobdefinition/")
+    row = page.locator("#result_list tbody tr", has_text="browser report")
+    assert "paused" in row.inner_text()
+    assert "vendor API down until Monday" in row.inner_text()
+    assert row.locator("svg.dcc-strip rect").count() == 1
+    page.screenshot(path=str(screenshot_dir / "jobs-list.png"), full_page=True)
+
+    # The cluster page shows the node that leads.
+    deadline = time.monotonic() + 30
+    while True:
+        page.goto(f"{live_server.url}/admin/django_cluster_cron/clusterstatus/")
+        if "browser-node" in page.locator("#dcc-leader").inner_text():
+            break
+        assert time.monotonic() < deadline, "the cluster page never showed the leader"
+        time.sleep(0.5)
+    assert "leader" in page.locator("#dcc-nodes").inner_text()
+    page.screenshot(path=str(screenshot_dir / "cluster-status.png"), full_page=True)
