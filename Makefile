@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 POSTGRES_URL ?= postgres://postgres@127.0.0.1:5432/test
 DJANGO_ADMIN := DJANGO_SETTINGS_MODULE=tests.settings $(VENV)/bin/django-admin
 
-.PHONY: help bootstrap test test-postgres lint format check demo clean
+.PHONY: help bootstrap test test-postgres lint format check chaos demo clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -36,6 +36,9 @@ check: bootstrap  ## Django system checks and no missing migrations (app and exa
 	$(DJANGO_ADMIN) makemigrations --check --dry-run --pythonpath .
 	$(PY) example_project/manage.py check
 	$(PY) example_project/manage.py makemigrations --check --dry-run
+
+chaos:  ## the chaos suite (PostgreSQL needed): CHAOS_SEED, CHAOS_DURATION (seconds) select the run
+	$(PY) -m pytest tests/chaos -m chaos -s -p no:cacheprovider
 
 demo:  ## run the example project end to end
 	bash scripts/demo.sh

@@ -389,6 +389,15 @@ class JobRun(models.Model):
     retry_at = models.DateTimeField(
         null=True, blank=True, help_text="When the next attempt is due (status retrying)."
     )
+    publish_count = models.PositiveIntegerField(
+        default=0, help_text="How many times its message was sent to the broker."
+    )
+    republish_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="If no worker has started it by then, its message is sent again (the broker "
+        "may have lost it); the wait doubles with every copy.",
+    )
     worker = models.CharField(max_length=255, blank=True, help_text="Worker hostname and pid.")
     reason = models.CharField(
         max_length=255, blank=True, help_text="Why the run was missed, skipped or cancelled."

@@ -19,6 +19,7 @@ from django.utils import timezone
 from .core.overlap import OverlapPolicy, overlap_refusal
 from .core.slots import task_id_for
 from .models import JobDefinition, JobRun, RunStatus, RunTrigger
+from .store import RunStore
 
 logger = logging.getLogger("django_cluster_cron.operations")
 
@@ -78,10 +79,9 @@ def publish(runs: list[JobRun]) -> int:
     except PublishFailed as exc:
         logger.error("operations.publish_failed error=%s (the outbox will retry)", exc.cause)
         published = exc.published
-    queued: int = JobRun.objects.filter(task_id__in=published, status=RunStatus.PENDING).update(
-        status=RunStatus.QUEUED, queued_at=timezone.now()
-    )
-    return queued
+    sent = [m for m in messages if m.task_id in published]
+    RunStore().mark_published(sent, now=timezone.now())
+    return len(sent)
 
 
 def run_now(job: JobDefinition, *, by: str = "admin") -> JobRun:

@@ -352,7 +352,8 @@ class Scheduler:
                     self.epoch,
                 )
         _fault_point("after_publish")
-        self.store.mark_queued(published, epoch=self.epoch, now=self.clock())
+        sent = [m for m in messages if m.task_id in published]
+        self.store.mark_published(sent, epoch=self.epoch, now=self.clock())
 
     def _report_invalid(self, invalid: list[tuple[int, str]]) -> None:
         for job_id, error in invalid:

@@ -66,6 +66,7 @@ class OutboxMessage:
     soft_time_limit: int | None = None
     time_limit: int | None = None
     eta: datetime | None = None
+    publish_count: int = 0
 
     @classmethod
     def for_run(cls, run: JobRun, eta: datetime | None = None) -> OutboxMessage:
@@ -84,6 +85,7 @@ class OutboxMessage:
             soft_time_limit=job.soft_time_limit,
             time_limit=job.time_limit,
             eta=eta,
+            publish_count=run.publish_count,
         )
 
 
@@ -263,29 +265,54 @@ class RunStore:
 
     # -- the outbox ------------------------------------------------------------------------
 
-    def mark_queued(self, task_ids: Sequence[str], *, epoch: int, now: datetime) -> int:
-        """Record that these runs' messages reached the broker (``pending`` → ``queued``)."""
-        if not task_ids:
-            return 0
-        with self.fenced(epoch, now):
-            updated: int = JobRun.objects.filter(
-                task_id__in=task_ids, status=RunStatus.PENDING
-            ).update(status=RunStatus.QUEUED, queued_at=now)
-            return updated
+    def mark_published(
+        self, messages: Sequence[OutboxMessage], *, now: datetime, epoch: int | None = None
+    ) -> None:
+        """Record that these messages reached the broker.
+
+        ``pending`` runs become ``queued``. Every run gets ``publish_count + 1`` and a
+        ``republish_at``: if no worker has started it by then, the leader's sweep sends it again
+        — a broker that lost its queue (a Redis restart without persistence) cannot strand a run.
+        The wait is ``OUTBOX_REPUBLISH_AFTER`` doubled with each copy (and counted from the ETA
+        for a retry), so a long but healthy backlog costs only a few extra copies per run.
+        """
+        if not messages:
+            return
+        if epoch is None:
+            with transaction.atomic():
+                self._mark_published(messages, now)
+        else:
+            with self.fenced(epoch, now):
+                self._mark_published(messages, now)
+
+    def _mark_published(self, messages: Sequence[OutboxMessage], now: datetime) -> None:
+        base = app_settings.OUTBOX_REPUBLISH_AFTER
+        ids = [m.task_id for m in messages]
+        JobRun.objects.filter(task_id__in=ids, status=RunStatus.PENDING).update(
+            status=RunStatus.QUEUED, queued_at=now
+        )
+        groups: dict[tuple[int, datetime], list[str]] = {}
+        for message in messages:
+            start = max(now, message.eta) if message.eta else now
+            due = start + base * 2 ** min(message.publish_count, 16)
+            groups.setdefault((message.publish_count, due), []).append(message.task_id)
+        for (count, due), task_ids in groups.items():
+            JobRun.objects.filter(task_id__in=task_ids, status__in=WAITING_STATUSES).update(
+                publish_count=count + 1, republish_at=due
+            )
 
     def stale_pending(
         self, *, now: datetime, older_than: timedelta, limit: int
     ) -> list[OutboxMessage]:
-        """Runs whose message may never have reached the broker.
+        """Runs whose message may not be in the broker: publish them (again).
 
-        ``pending`` runs older than ``older_than`` (a crash or broker outage between commit and
-        publish), and ``retrying`` runs whose next attempt was due ``older_than`` ago but never
-        started (the worker could not publish the retry).
+        ``pending`` runs never published, older than ``older_than`` (a crash or a broker outage
+        between commit and publish); and waiting runs (``pending``, ``queued``, ``retrying``)
+        whose ``republish_at`` has passed without a worker starting them.
         """
-        cutoff = now - older_than
         stale = JobRun.objects.filter(
-            Q(status=RunStatus.PENDING, created_at__lte=cutoff)
-            | Q(status=RunStatus.RETRYING, retry_at__lte=cutoff)
+            Q(status=RunStatus.PENDING, publish_count=0, created_at__lte=now - older_than)
+            | Q(status__in=WAITING_STATUSES, republish_at__lte=now)
         )
         return self._messages(stale, limit)
 
@@ -321,7 +348,9 @@ class RunStore:
         if run.started_at:
             fields["duration"] = now - run.started_at
         if retry:
-            fields.update(status=RunStatus.RETRYING, attempt=run.attempt + 1, retry_at=now)
+            fields.update(
+                status=RunStatus.RETRYING, attempt=run.attempt + 1, retry_at=now, republish_at=now
+            )
         else:
             fields.update(status=RunStatus.FAILED)
         JobRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING, attempt=run.attempt).update(

@@ -21,6 +21,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import os
 import socket
@@ -48,6 +49,20 @@ def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
+_current_run: contextvars.ContextVar[JobRun | None] = contextvars.ContextVar(
+    "cluster_cron_current_run", default=None
+)
+
+
+def current_run() -> JobRun | None:
+    """The run being executed, inside a job's task body (``None`` elsewhere).
+
+    Lets a task know which slot and attempt it runs for, e.g. to make its side effects
+    idempotent per slot: ``run = current_run(); key = (run.job_id, run.scheduled_for)``.
+    """
+    return _current_run.get()
+
+
 class SkipRun(Exception):
     """The overlap policy refused this run at execution time."""
 
@@ -70,6 +85,7 @@ def execute(task: Any, run_id: int, attempt: int) -> None:
     signals.send(signals.run_started, run)
     heartbeat = RunHeartbeat(run.pk, attempt)
     heartbeat.start()
+    token = _current_run.set(run)
     try:
         result = task.app.tasks[job.task](*job.args, **job.kwargs)
     except Exception as exc:
@@ -79,6 +95,7 @@ def execute(task: Any, run_id: int, attempt: int) -> None:
         heartbeat.stop()
         _succeed(run, started, result)
     finally:
+        _current_run.reset(token)
         if gate is not None:
             gate.release()
 
@@ -195,6 +212,8 @@ def _after_failure(
             status=RunStatus.RETRYING,
             attempt=run.attempt + 1,
             retry_at=retry_at,
+            # Until the retry message is confirmed sent, the outbox treats it as unsent.
+            republish_at=retry_at,
             error=error,
             traceback=trace[:50_000],
         ):
@@ -219,13 +238,16 @@ def _after_failure(
 
 def _publish_retry(task: Any, run: JobRun, retry_at: datetime) -> None:
     from .dispatch import CeleryDispatcher, PublishFailed
-    from .store import OutboxMessage
+    from .store import OutboxMessage, RunStore
 
+    message = OutboxMessage.for_run(run, eta=retry_at)
     try:
-        CeleryDispatcher(task.app).publish([OutboxMessage.for_run(run, eta=retry_at)])
+        CeleryDispatcher(task.app).publish([message])
     except PublishFailed as exc:
         # The run stays 'retrying'; the leader's outbox sweep publishes it once overdue.
         logger.error("run.retry_publish_failed run=%s error=%s", run.pk, exc.cause)
+        return
+    RunStore().mark_published([message], now=timezone.now())
 
 
 def _short(result: Any) -> str:
@@ -261,5 +283,8 @@ class RunHeartbeat:
                     ).update(heartbeat_at=timezone.now())
                 except Exception as exc:  # the database may be briefly away: try next beat
                     logger.warning("run.heartbeat_failed run=%s error=%s", self.run_id, exc)
+                    # A broken connection stays broken in this thread (nothing else recycles
+                    # it): drop it so the next beat reconnects, or the run would look lost.
+                    connection.close()
         finally:
             connection.close()

@@ -1,6 +1,7 @@
 """Example tasks for demo jobs. Each has an explicit name: a JobDefinition refers to it by name."""
 
 import logging
+import os
 import time
 import urllib.request
 from typing import Any
@@ -44,3 +45,33 @@ def http_get(url: str) -> dict[str, Any]:
 def always_fails() -> None:
     """Fail every time, to show failed runs, error messages and retries in the admin."""
     raise RuntimeError("demo.always_fails failed on purpose")
+
+
+@shared_task(name="demo.witness")
+def witness(seconds: float = 0.0) -> int:
+    """Record this execution (job, slot, attempt, pid, start/end) in demo.Execution.
+
+    The chaos suite checks the guarantees against this table, not against the run ledger.
+    """
+    from django.utils import timezone
+
+    from django_cluster_cron.worker import current_run
+
+    from .models import Execution
+
+    run = current_run()
+    if run is None:
+        raise RuntimeError("demo.witness records scheduled runs; it was called outside one")
+    execution = Execution._default_manager.create(
+        job_name=run.job.name,
+        job_id=run.job_id,
+        slot=run.scheduled_for,
+        attempt=run.attempt,
+        task_id=run.task_id,
+        pid=os.getpid(),
+        started_at=timezone.now(),
+    )
+    if seconds:
+        time.sleep(float(seconds))
+    Execution._default_manager.filter(pk=execution.pk).update(finished_at=timezone.now())
+    return int(execution.pk)

@@ -11,6 +11,7 @@ Everything that differs between a laptop and a deployment comes from the environ
 - ``CELERY_BROKER_URL``, e.g. ``amqp://guest:guest@127.0.0.1:5672//`` for RabbitMQ
 """
 
+import json
 import os
 from pathlib import Path
 
@@ -136,6 +137,8 @@ CLUSTER_CRON = {
     "REDIS_ALIAS": "default",
     "CELERY_APP": "example_project.celery:app",
 }
+# Extra app settings as JSON, e.g. CLUSTER_CRON_JSON='{"LEASE_TTL": 2}' (the chaos suite uses it).
+CLUSTER_CRON.update(json.loads(os.environ.get("CLUSTER_CRON_JSON") or "{}"))
 
 # --- Celery ---------------------------------------------------------------------------------
 

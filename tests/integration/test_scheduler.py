@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 import uuid
 from datetime import datetime, timedelta, timezone
 
@@ -314,3 +315,28 @@ def test_saving_a_job_publishes_a_change(settings):
         assert listener.wait(5, stop) is True
     finally:
         listener.close()
+
+
+def test_a_queued_run_whose_message_the_broker_lost_is_sent_again_with_backoff(
+    make_scheduler, redis_client, settings
+):
+    """Regression (chaos suite): a Redis restart without persistence emptied the broker queue
+    and the runs stayed 'queued' forever."""
+    settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "OUTBOX_REPUBLISH_AFTER": 0.2}
+    clock = Clock(dj_timezone.now())
+    job("lost-in-broker", watermark=clock.now - timedelta(seconds=61))
+    scheduler = make_scheduler("node-a", clock)
+    scheduler.step()
+    run = JobRun.objects.get()
+    assert run.status == RunStatus.QUEUED
+    assert run.publish_count == 1
+    first_due = run.republish_at
+    redis_client.delete("celery")  # the broker forgets its queue
+    clock.advance(0.5)
+    time.sleep(0.3)  # the sweep interval (real time) passes
+    scheduler.step()
+    run.refresh_from_db()
+    assert run.publish_count == 2
+    assert run.status == RunStatus.QUEUED
+    assert [m["headers"]["id"] for m in queued_messages(redis_client)] == [run.task_id]
+    assert run.republish_at - clock.now > first_due - run.queued_at  # the wait doubled

@@ -354,3 +354,43 @@ def test_two_runs_of_a_skip_job_reaching_two_workers_at_once_run_one_body(cluste
     statuses = sorted(JobRun.objects.filter(job=job).values_list("status", flat=True))
     assert statuses == [RunStatus.SKIPPED, RunStatus.SUCCESS]
     assert Execution.objects.filter(label="pair").count() == 1
+
+
+def test_a_task_body_knows_its_run_through_current_run():
+    from django_cluster_cron.worker import current_run
+
+    job = make_job(task="tests.whoami")
+    run = apply(make_run(job))
+    assert run.status == RunStatus.SUCCESS
+    assert run.result == repr([run.pk, 1, run.task_id])
+    assert current_run() is None  # reset after the body
+
+
+def test_the_heartbeat_reconnects_after_its_database_connection_is_cut(settings):
+    """Regression (chaos suite): a terminated connection silenced the heartbeat for good, so
+    the leader declared a healthy run lost and ran it again."""
+    from django.db import connection
+
+    from django_cluster_cron.worker import RunHeartbeat
+
+    if connection.vendor != "postgresql":
+        pytest.skip("cutting server-side connections needs PostgreSQL")
+    settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "RUN_HEARTBEAT_INTERVAL": 0.1}
+    run = make_run(make_job(), status=RunStatus.RUNNING)
+    heartbeat = RunHeartbeat(run.pk, run.attempt)
+    heartbeat.start()
+    try:
+        wait_for(lambda: JobRun.objects.get(pk=run.pk).heartbeat_at, 5, "a first beat")
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        cut_at = timezone.now()
+        wait_for(
+            lambda: JobRun.objects.get(pk=run.pk).heartbeat_at > cut_at + timedelta(seconds=0.2),
+            5,
+            "a beat after the cut",
+        )
+    finally:
+        heartbeat.stop()

@@ -67,3 +67,13 @@ def slow_first(label: str, seconds: float) -> int:
 
     first = not Execution.objects.filter(label=label).exists()
     return _witness(label, seconds if first else 0)
+
+
+@shared_task(name="tests.whoami")
+def whoami() -> list[Any]:
+    """The run this body executes for, as seen through current_run()."""
+    from django_cluster_cron.worker import current_run
+
+    run = current_run()
+    assert run is not None
+    return [run.pk, run.attempt, run.task_id]

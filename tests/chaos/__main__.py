@@ -1,0 +1,5 @@
+import sys
+
+from tests.chaos.harness import main
+
+sys.exit(main())

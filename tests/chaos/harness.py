@@ -1,0 +1,565 @@
+"""The chaos harness: real schedulers and workers, injected faults, an independent witness.
+
+    .venv/bin/python -m tests.chaos --seed 7 --duration 120
+    CHAOS_DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres .venv/bin/python -m tests.chaos
+
+It creates a fresh PostgreSQL database (dropped at the end) and its own Redis server (lease,
+change channel and Celery broker) on a free port, migrates the example project, creates ~20 jobs
+on every-second and every-few-seconds schedules with mixed catch-up and overlap policies, and runs
+3 ``run_scheduler`` nodes and 2 Celery workers of the example project. Their task body,
+``demo.witness``, writes every execution (job, slot, attempt, pid, start, end) to
+``demo.Execution`` — a record of what actually ran, separate from the run ledger.
+
+Faults come on a timetable drawn from the seed: SIGKILL the leader; SIGSTOP it past the lease TTL
+then SIGCONT; SIGTERM a node and start a new one; restart Redis; terminate every PostgreSQL
+connection; SIGKILL a worker mid-task; publish duplicate copies of run messages to the broker.
+
+Then it stops the faults, lets the cluster settle, and checks, from the witness and the ledger:
+no (job, slot, attempt) executed twice, and a slot executed more than once only as declared
+retries; every slot inside the checked window has a run or a missed/skipped record; `skip` jobs
+never overlapped; no run is left waiting or running; each fencing epoch belongs to one node and
+epochs never interleave. It prints a summary and exits non-zero on any violation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import itertools
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "example_project"
+TTL = 2.0
+POLL = 0.2
+SETTINGS = {
+    "LEASE_TTL": TTL,
+    "POLL_INTERVAL": POLL,
+    "RUN_HEARTBEAT_INTERVAL": 0.5,
+    "RUN_LOST_AFTER": 3,
+    "OUTBOX_REPUBLISH_AFTER": 2,
+    "CATCHUP_CAP": 200,
+}
+FAULTS = (
+    "kill_leader",
+    "pause_leader",
+    "term_node",
+    "restart_redis",
+    "cut_db",
+    "kill_worker",
+    "duplicate_messages",
+)
+
+
+def _devredis() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("devredis", ROOT / "scripts" / "devredis.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("devredis", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+@dataclass
+class Report:
+    faults: Counter[str] = field(default_factory=Counter)
+    violations: list[str] = field(default_factory=list)
+    numbers: dict[str, Any] = field(default_factory=dict)
+
+    def fail(self, message: str) -> None:
+        self.violations.append(message)
+
+
+class Chaos:
+    def __init__(
+        self, seed: int, duration: float, workdir: Path, log: Callable[[str], None]
+    ) -> None:
+        self.seed = seed
+        self.duration = duration
+        self.random = random.Random(seed)
+        self.workdir = workdir
+        self.log = log
+        self.report = Report()
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.serial = itertools.count(1)
+        self.redis: Any = None
+        self.db_url = ""
+        self.env: dict[str, str] = {}
+
+    # -- infrastructure ------------------------------------------------------------------
+
+    def start_services(self) -> None:
+        self.redis = _devredis().RedisServer().start()
+        admin_url = os.environ.get(
+            "CHAOS_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres"
+        )
+        name = f"dcc_chaos_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+        self._admin_sql(admin_url, f'CREATE DATABASE "{name}"')
+        parts = urlsplit(admin_url)
+        self.db_url = urlunsplit(parts._replace(path=f"/{name}"))
+        self._db_name, self._admin_url = name, admin_url
+        self.env = {
+            **os.environ,
+            "DATABASE_URL": self.db_url,
+            "REDIS_URL": self.redis.url,
+            "CLUSTER_CRON_JSON": json.dumps(SETTINGS),
+            "DJANGO_SETTINGS_MODULE": "example_project.settings",
+            "PYTHONPATH": os.pathsep.join([str(EXAMPLE), str(ROOT)]),
+        }
+        self.env.pop("CELERY_BROKER_URL", None)
+        os.environ.update(
+            {
+                k: self.env[k]
+                for k in (
+                    "DATABASE_URL",
+                    "REDIS_URL",
+                    "CLUSTER_CRON_JSON",
+                    "DJANGO_SETTINGS_MODULE",
+                )
+            }
+        )
+        sys.path[:0] = [str(EXAMPLE), str(ROOT)]
+        subprocess.run(
+            [sys.executable, str(EXAMPLE / "manage.py"), "migrate", "-v", "0"],
+            env=self.env,
+            check=True,
+        )
+        import django
+
+        django.setup()
+
+    def _admin_sql(self, url: str, sql: str) -> None:
+        import psycopg
+
+        with psycopg.connect(
+            url.replace("postgres://", "postgresql://", 1), autocommit=True
+        ) as conn:
+            conn.execute(sql)
+
+    def stop_services(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGCONT)
+                proc.kill()
+        for proc in self.procs.values():
+            proc.wait()
+        from django.db import connections
+
+        connections.close_all()
+        if self.redis is not None:
+            self.redis.stop()
+        if self.db_url:
+            self._admin_sql(
+                self._admin_url, f'DROP DATABASE IF EXISTS "{self._db_name}" WITH (FORCE)'
+            )
+
+    def spawn(self, role: str, command: list[str]) -> str:
+        name = f"{role}-{next(self.serial)}"
+        log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 (lives with the process)
+        self.procs[name] = subprocess.Popen(
+            command,
+            env=self.env,
+            cwd=EXAMPLE,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        return name
+
+    def start_scheduler(self) -> str:
+        return self.spawn(
+            "scheduler",
+            [
+                sys.executable,
+                "manage.py",
+                "run_scheduler",
+                "--lease-ttl",
+                str(TTL),
+                "--poll-interval",
+                str(POLL),
+            ],
+        )
+
+    def start_worker(self) -> str:
+        name = f"worker-{next(self.serial)}"
+        return self.spawn(
+            "worker",
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "example_project",
+                "worker",
+                "--pool=solo",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+                "--loglevel=INFO",
+                f"--hostname={name}@%h",
+            ],
+        )
+
+    def alive(self, role: str) -> list[str]:
+        return [n for n, p in self.procs.items() if n.startswith(role) and p.poll() is None]
+
+    # -- jobs ----------------------------------------------------------------------------
+
+    def create_jobs(self) -> None:
+        from django_cluster_cron.models import JobDefinition
+
+        plans = [
+            ("* * * * * *", "all", "allow", 0.0),
+            ("* * * * * *", "latest", "allow", 0.0),
+            ("* * * * * *", "none", "allow", 0.0),
+            ("* * * * * *", "all", "skip", 1.6),
+            ("* * * * * *", "latest", "skip", 2.5),
+            ("* * * * * *", "all", "buffer_one", 1.2),
+            ("* * * * * */2", "all", "allow", 0.1),
+            ("* * * * * */2", "latest", "skip", 3.0),
+            ("* * * * * */3", "all", "allow", 0.3),
+            ("* * * * * */3", "none", "allow", 0.0),
+            ("* * * * * */4", "all", "skip", 5.0),
+            ("* * * * * */5", "latest", "allow", 0.0),
+        ]
+        jobs = []
+        for i in range(20):
+            cron, catchup, overlap, seconds = plans[i % len(plans)]
+            job = JobDefinition(
+                name=f"chaos-{i:02d}",
+                cron=cron,
+                timezone="UTC",
+                task="demo.witness",
+                kwargs={"seconds": seconds},
+                catchup_policy=catchup,
+                catchup_window=timedelta(minutes=10),
+                overlap_policy=overlap,
+                max_retries=3,
+                retry_backoff=0.5,
+                retry_backoff_max=2,
+                on_worker_lost="retry" if i % 2 else "fail",
+            )
+            job.full_clean()
+            jobs.append(job)
+        for job in jobs:
+            job.save()
+        self.log(f"created {len(jobs)} jobs")
+
+    # -- faults --------------------------------------------------------------------------
+
+    def leader(self) -> str | None:
+        from django_cluster_cron.models import SchedulerLease
+
+        holder = (
+            SchedulerLease.objects.filter(name="leader").values_list("holder", flat=True).first()
+        )
+        for name, proc in self.procs.items():
+            if holder and holder.endswith(f":{proc.pid}") and proc.poll() is None:
+                return name
+        return None
+
+    def next_fault(self) -> str:
+        """Every kind of fault once per round, in an order drawn from the seed."""
+        if not getattr(self, "_round", None):
+            self._round = list(FAULTS)
+            self.random.shuffle(self._round)
+        return str(self._round.pop())
+
+    def inject(self, fault: str) -> bool:
+        leader = self.leader()
+        if fault in ("kill_leader", "pause_leader") and leader is None:
+            return False
+        if fault == "kill_leader":
+            assert leader is not None
+            self.procs[leader].kill()
+            self.start_scheduler()
+        elif fault == "pause_leader":
+            assert leader is not None
+            os.kill(self.procs[leader].pid, signal.SIGSTOP)
+            time.sleep(TTL * 1.5 + self.random.random())
+            os.kill(self.procs[leader].pid, signal.SIGCONT)
+        elif fault == "term_node":
+            victim = self.random.choice(self.alive("scheduler"))
+            self.procs[victim].terminate()
+            self.start_scheduler()
+        elif fault == "restart_redis":
+            self.redis.stop()
+            time.sleep(self.random.uniform(0.5, 2.0))
+            self.redis.start()
+        elif fault == "cut_db":
+            self._terminate_backends()
+        elif fault == "kill_worker":
+            for _ in range(20):  # wait for a worker to be in the middle of a body
+                if self._kill_a_busy_worker():
+                    break
+                time.sleep(0.25)
+            else:
+                return False
+        elif fault == "duplicate_messages":
+            self._duplicate_messages()
+        self.report.faults[fault] += 1
+        self.log(f"fault: {fault}")
+        return True
+
+    def _terminate_backends(self) -> None:
+        from django.db import connection
+
+        for _ in range(3):
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+            time.sleep(0.3)
+
+    def _kill_a_busy_worker(self) -> bool:
+        from django_cluster_cron.models import JobRun
+
+        busy = JobRun.objects.filter(status="running").values_list("worker", flat=True)
+        pids = {int(w.rsplit(":", 1)[1]) for w in busy if ":" in w}
+        for name in self.alive("worker"):
+            if self.procs[name].pid in pids:
+                self.procs[name].kill()
+                self.start_worker()
+                return True
+        return False
+
+    def _duplicate_messages(self) -> None:
+        from django_cluster_cron.dispatch import CeleryDispatcher
+        from django_cluster_cron.models import JobRun
+        from django_cluster_cron.store import OutboxMessage
+
+        recent = (
+            JobRun.objects.select_related("job")
+            .exclude(status__in=["missed", "skipped", "cancelled"])
+            .order_by("-scheduled_for")[:10]
+        )
+        messages = [OutboxMessage.for_run(run) for run in recent]
+        CeleryDispatcher().publish(messages * 2)
+
+    # -- the run -------------------------------------------------------------------------
+
+    def run(self) -> Report:
+        from django.utils import timezone
+
+        self.start_services()
+        try:
+            for _ in range(3):
+                self.start_scheduler()
+            for _ in range(2):
+                self.start_worker()
+            self.create_jobs()
+            time.sleep(5)  # warm-up: workers ready, a leader elected
+            window_start = timezone.now()
+            deadline = time.monotonic() + self.duration
+            while time.monotonic() < deadline:
+                time.sleep(self.random.uniform(3, 8))
+                fault = self.next_fault()
+                try:
+                    self.inject(fault)
+                except Exception as exc:  # a fault that could not be injected is not a result
+                    self.log(f"fault {fault} not injected: {exc}")
+                from django.db import connections
+
+                connections.close_all()
+            time.sleep(TTL + 3)  # let the last fault heal and the catch-up run
+            window_end = timezone.now() - timedelta(seconds=1)
+            self.settle()
+            self.check(window_start, window_end)
+        finally:
+            self.stop_services()
+        return self.report
+
+    def settle(self) -> None:
+        """Stop scheduling, let the workers finish what is in flight, stop everything."""
+        from django_cluster_cron.models import JobDefinition, JobRun
+
+        JobDefinition.objects.update(enabled=False, next_run_at=None)
+        for name in self.alive("scheduler"):
+            os.kill(self.procs[name].pid, signal.SIGCONT)
+        deadline = time.monotonic() + 60
+        active = ["pending", "queued", "running", "retrying"]
+        while time.monotonic() < deadline and JobRun.objects.filter(status__in=active).exists():
+            time.sleep(0.5)
+        for name in self.alive("scheduler") + self.alive("worker"):
+            self.procs[name].terminate()
+        for proc in self.procs.values():
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+    # -- the checks ----------------------------------------------------------------------
+
+    def _count_in_logs(self, needle: str) -> int:
+        # Celery echoes our log lines through its own handler too: count distinct lines.
+        lines: set[str] = set()
+        for path in self.workdir.glob("*.log"):
+            lines.update(
+                line
+                for line in path.read_text(errors="replace").splitlines()
+                if needle in line and "django_cluster_cron" in line
+            )
+        return len(lines)
+
+    def check(self, window_start: datetime, window_end: datetime) -> None:
+        from demo.models import Execution
+
+        from django_cluster_cron.models import JobDefinition, JobRun
+
+        report = self.report
+        runs = list(
+            JobRun.objects.values(
+                "job_id",
+                "scheduled_for",
+                "status",
+                "epoch",
+                "dispatched_by",
+                "created_at",
+                "attempt",
+                "error",
+            )
+        )
+        executions = list(
+            Execution._default_manager.values(
+                "job_id", "slot", "attempt", "started_at", "finished_at", "task_id"
+            )
+        )
+        by_slot: dict[tuple[int, datetime], list[dict[str, Any]]] = defaultdict(list)
+        for row in executions:
+            by_slot[(row["job_id"], row["slot"])].append(row)
+
+        # 1. No (job, slot) executed twice, except as declared retries of a failed attempt: each
+        # attempt at most once, and never beyond the attempt the ledger ends on. (An attempt may
+        # be missing: it can fail before the body runs, e.g. with Redis away for its lock.)
+        final_attempt = {(r["job_id"], r["scheduled_for"]): r["attempt"] for r in runs}
+        duplicates = 0
+        for (job_id, slot), rows in by_slot.items():
+            attempts = Counter(r["attempt"] for r in rows)
+            for attempt, count in attempts.items():
+                if count > 1:
+                    duplicates += count - 1
+                    report.fail(f"job {job_id} slot {slot:%H:%M:%S} attempt {attempt} ran {count}x")
+            if max(attempts) > final_attempt.get((job_id, slot), 0):
+                report.fail(
+                    f"job {job_id} slot {slot:%H:%M:%S} ran attempts {sorted(attempts)} "
+                    "the ledger does not declare"
+                )
+
+        # 2. Every slot inside the window has a run or a missed/skipped record.
+        recorded = {(r["job_id"], r["scheduled_for"]) for r in runs}
+        expected = 0
+        for job in JobDefinition.all_objects.all():
+            for slot in job.schedule.iter_after(window_start):
+                if slot > window_end:
+                    break
+                expected += 1
+                if (job.pk, slot) not in recorded:
+                    report.fail(f"job {job.name} slot {slot:%H:%M:%S} has no record")
+
+        # 3. `skip` jobs never overlapped (killed bodies have no end and are left out).
+        skip_jobs = set(
+            JobDefinition.all_objects.filter(overlap_policy="skip").values_list("pk", flat=True)
+        )
+        for job_id in skip_jobs:
+            spans = sorted(
+                (r["started_at"], r["finished_at"])
+                for r in executions
+                if r["job_id"] == job_id and r["finished_at"] is not None
+            )
+            for (_, end), (start, _) in itertools.pairwise(spans):
+                if start < end:
+                    report.fail(
+                        f"skip job {job_id} overlapped: a body started {start} before {end}"
+                    )
+
+        # 4. Nothing is left waiting or running.
+        stuck = [r for r in runs if r["status"] in ("pending", "queued", "running", "retrying")]
+        for r in stuck[:10]:
+            report.fail(
+                f"run of job {r['job_id']} at {r['scheduled_for']:%H:%M:%S} stuck {r['status']}"
+            )
+
+        # 5. One holder per epoch, and epochs never interleave.
+        holders: dict[int, set[str]] = defaultdict(set)
+        spans_by_epoch: dict[int, list[datetime]] = defaultdict(list)
+        for r in runs:
+            if r["epoch"] is not None:
+                holders[r["epoch"]].add(r["dispatched_by"])
+                spans_by_epoch[r["epoch"]].append(r["created_at"])
+        for epoch, nodes in holders.items():
+            if len(nodes) > 1:
+                report.fail(f"epoch {epoch} used by several nodes: {sorted(nodes)}")
+        ordered = sorted(spans_by_epoch)
+        for older, newer in itertools.pairwise(ordered):
+            if max(spans_by_epoch[older]) > min(spans_by_epoch[newer]):
+                report.fail(f"epoch {older} wrote after epoch {newer} had started")
+
+        statuses = Counter(r["status"] for r in runs)
+        report.numbers = {
+            "slots expected (window)": expected,
+            "runs recorded": len(runs),
+            "executed (job, slot)": len(by_slot),
+            "executions (incl. retries)": len(executions),
+            "succeeded": statuses["success"],
+            "failed": statuses["failed"],
+            "missed by policy": statuses["missed"],
+            "skipped": statuses["skipped"],
+            "retried slots": sum(1 for rows in by_slot.values() if len(rows) > 1),
+            "lost (worker died)": sum(1 for r in runs if "worker lost" in (r["error"] or "")),
+            "duplicate deliveries dropped": self._count_in_logs("run.duplicate_delivery run="),
+            "duplicate executions": duplicates,
+            "epochs": len(holders),
+            "faults injected": sum(report.faults.values()),
+        }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.chaos", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--seed", type=int, default=int(os.environ.get("CHAOS_SEED", "1")))
+    parser.add_argument(
+        "--duration", type=float, default=float(os.environ.get("CHAOS_DURATION", "90"))
+    )
+    parser.add_argument("--keep-logs", action="store_true", help="print where the process logs are")
+    args = parser.parse_args(argv)
+    workdir = Path(tempfile.mkdtemp(prefix="dcc-chaos-"))
+    started = time.monotonic()
+
+    def log(message: str) -> None:
+        print(f"[chaos {time.monotonic() - started:6.1f}s] {message}", flush=True)
+
+    log(f"seed {args.seed}, {args.duration:g} s of faults, logs in {workdir}")
+    report = Chaos(args.seed, args.duration, workdir, log).run()
+    print()
+    print(f"{'seed':<32} {args.seed:>8}")
+    for key, value in report.numbers.items():
+        print(f"{key:<32} {value:>8}")
+    for fault in FAULTS:
+        print(f"  fault {fault:<24} {report.faults[fault]:>8}")
+    if report.violations:
+        print(f"\n{len(report.violations)} VIOLATION(S):")
+        for violation in report.violations[:50]:
+            print(f"  - {violation}")
+        print(f"process logs: {workdir}")
+        return 1
+    print("\nall guarantees held")
+    return 0
