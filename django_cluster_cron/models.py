@@ -255,6 +255,26 @@ class JobDefinition(models.Model):
             missed_record_limit=app_settings.MISSED_RECORD_LIMIT,
         )
 
+    def runtime_problem(self) -> str | None:
+        """What makes this row unusable for the scheduler or a worker, or None.
+
+        Validation normally keeps bad data out; this catches what reached the table anyway (raw
+        SQL, an old row, a manual edit), so that one job is reported and parked instead of
+        breaking the batch it is in.
+        """
+        try:
+            self.catchup_rules()
+            self.schedule  # noqa: B018 (parses cron and zone)
+        except (ScheduleError, ValueError) as exc:
+            return str(exc)
+        if self.overlap_policy not in OverlapPolicy.values:
+            return f"unknown overlap policy {self.overlap_policy!r}"
+        if not isinstance(self.args, list):
+            return f"args must be a JSON list, the row holds {type(self.args).__name__}"
+        if not isinstance(self.kwargs, dict) or not all(isinstance(k, str) for k in self.kwargs):
+            return "kwargs must be a JSON object with string keys"
+        return None
+
     def restart_schedule(self, now: datetime | None = None) -> None:
         """Start owing slots from ``now``: set the watermark and the next slot (not saved)."""
         if not self.is_scheduled:

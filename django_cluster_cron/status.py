@@ -151,7 +151,10 @@ def _read_redis(status: ClusterStatus) -> None:
     prefix = _key("lock:")
     for raw_key in client.scan_iter(match=prefix + "*", count=100):
         name = _text(raw_key)[len(prefix) :]
-        owner = client.get(raw_key)
+        try:
+            owner = client.get(raw_key)
+        except Exception:  # junk of another type under our prefix: show it, do not fail
+            owner = b"(not a lock: wrong type)"
         pttl = client.pttl(raw_key)
         status.locks.append(
             HeldLock(

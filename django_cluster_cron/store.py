@@ -24,7 +24,6 @@ from django.db.models import F, Min, Q, QuerySet
 
 from .conf import app_settings
 from .core.catchup import SlotPlan, plan_slots
-from .core.errors import ScheduleError
 from .core.overlap import OverlapPolicy, overlap_refusal
 from .core.slots import task_id_for
 from .models import (
@@ -164,20 +163,20 @@ class RunStore:
             rows: list[JobRun] = []
             advanced: list[JobDefinition] = []
             for job in jobs:
-                try:
-                    plan = plan_slots(
-                        job.schedule,
-                        last_scheduled_at=job.last_scheduled_at or now,
-                        now=now,
-                        rules=job.catchup_rules(),
-                    )
-                except (ScheduleError, ValueError) as exc:
+                problem = job.runtime_problem()
+                if problem is not None:
                     # Bad data that bypassed validation: park the job (out of the due index)
                     # and report it; every other job goes on.
-                    result.invalid.append((job.pk, str(exc)))
+                    result.invalid.append((job.pk, problem))
                     job.next_run_at = None
                     advanced.append(job)
                     continue
+                plan = plan_slots(
+                    job.schedule,
+                    last_scheduled_at=job.last_scheduled_at or now,
+                    now=now,
+                    rules=job.catchup_rules(),
+                )
                 rows.extend(self._rows_for(job, plan, activity, now, epoch, node_id, result))
                 job.last_scheduled_at = plan.watermark
                 job.next_run_at = plan.next_run_at

@@ -28,5 +28,7 @@ from .worker import execute
     acks_late=True,
     reject_on_worker_lost=True,
 )
-def execute_run(self: Any, run_id: int, attempt: int = 1) -> None:
-    execute(self, run_id, attempt)
+def execute_run(self: Any, run_id: Any = None, attempt: Any = 1, *extra: Any, **named: Any) -> None:
+    # Forged or corrupted messages (wrong arity, strings, None) are rejected inside, with a log
+    # line, instead of failing in Celery's argument binding.
+    execute(self, run_id, attempt if not (extra or named) else None)

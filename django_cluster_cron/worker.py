@@ -67,13 +67,29 @@ class SkipRun(Exception):
     """The overlap policy refused this run at execution time."""
 
 
-def execute(task: Any, run_id: int, attempt: int) -> None:
+def execute(task: Any, run_id: object, attempt: object) -> None:
+    if not _is_id(run_id) or not _is_id(attempt):
+        # Not a message the scheduler sends (a forged or corrupted one): acknowledge, ignore.
+        logger.warning(
+            "run.rejected_message task_id=%s args=%r: run id and attempt must be positive integers",
+            task.request.id,
+            [run_id, attempt],
+        )
+        return
+    assert isinstance(run_id, int)
+    assert isinstance(attempt, int)
     started = timezone.now()
     run = claim(run_id, task.request.id, attempt, started)
     if run is None:
         count_duplicate(run_id, task.request.id)
         return
     job = run.job
+    problem = job.runtime_problem()
+    if problem is not None:
+        _finish(run, started, status=RunStatus.FAILED, error=f"invalid job definition: {problem}")
+        logger.error("run.invalid_job run=%s job=%s: %s", run.pk, job.pk, problem)
+        signals.send(signals.run_failed, run, error=None)
+        return
     try:
         gate = _overlap_gate(job, run)
     except SkipRun as refusal:
@@ -98,6 +114,10 @@ def execute(task: Any, run_id: int, attempt: int) -> None:
         _current_run.reset(token)
         if gate is not None:
             gate.release()
+
+
+def _is_id(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**63
 
 
 def claim(run_id: int, task_id: str, attempt: int, now: datetime) -> JobRun | None:
