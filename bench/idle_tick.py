@@ -13,19 +13,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import threading
 import time
 from datetime import timedelta
 
 from _env import boot
 
-
-class NoSleep:
-    def wait(self, timeout: float, stop: threading.Event) -> bool:
-        return False
-
-    def close(self) -> None:
-        pass
+from django_cluster_cron.testing import NoWait
 
 
 def main() -> None:
@@ -61,7 +54,7 @@ def main() -> None:
             batch_size=2000,
         )
         created = size
-        scheduler = build_scheduler(node_id=f"bench-{size}", sleeper=NoSleep())
+        scheduler = build_scheduler(node_id=f"bench-{size}", sleeper=NoWait())
         scheduler.step()  # take the lease, first outbox sweep
         with CaptureQueriesContext(connection) as queries:
             scheduler.step()

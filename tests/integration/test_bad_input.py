@@ -20,6 +20,7 @@ from django_cluster_cron.core.timezones import get_zone
 from django_cluster_cron.models import JobDefinition, JobRun, RunStatus, RunTrigger
 from django_cluster_cron.schedule import fire_times, validate_cron
 from django_cluster_cron.tasks import execute_run
+from django_cluster_cron.testing import NoWait
 from django_cluster_cron.validation import clean_args, clean_kwargs, clean_task_name
 
 UTC = timezone.utc
@@ -167,14 +168,6 @@ BAD_ROWS = [
 ]
 
 
-class NoSleep:
-    def wait(self, timeout, stop):
-        return False
-
-    def close(self):
-        pass
-
-
 @pytest.mark.django_db(transaction=True)
 def test_bad_rows_are_parked_and_reported_once_while_the_good_job_keeps_running(settings, caplog):
     from django_cluster_cron.scheduler import build_scheduler
@@ -199,7 +192,7 @@ def test_bad_rows_are_parked_and_reported_once_while_the_good_job_keeps_running(
     JobDefinition.all_objects.update(
         last_scheduled_at=now - timedelta(seconds=3), next_run_at=now - timedelta(seconds=2)
     )
-    scheduler = build_scheduler(node_id="bad-input", sleeper=NoSleep(), stop=threading.Event())
+    scheduler = build_scheduler(node_id="bad-input", sleeper=NoWait(), stop=threading.Event())
     try:
         with caplog.at_level(logging.ERROR, logger="django_cluster_cron.scheduler"):
             scheduler.step()
@@ -318,7 +311,7 @@ def test_junk_in_the_lease_key_does_not_stop_the_cluster_from_electing_a_leader(
         client.set(key, "x" * 1_000_000)
     client.set(f"{prefix}:node:junk", "{not json")
     client.hset(f"{prefix}:lock:junk", mapping={"a": "b"})
-    scheduler = build_scheduler(node_id="after-junk", sleeper=NoSleep(), stop=threading.Event())
+    scheduler = build_scheduler(node_id="after-junk", sleeper=NoWait(), stop=threading.Event())
     try:
         for _ in range(20):
             scheduler.step()

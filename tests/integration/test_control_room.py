@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from django_cluster_cron.models import JobDefinition, JobRun, RunStatus, RunTrigger
 from django_cluster_cron.querycount import count_queries
+from django_cluster_cron.testing import NoWait
 
 pytestmark = pytest.mark.django_db
 
@@ -339,14 +340,7 @@ def test_the_cluster_page_shows_the_leader_nodes_runs_and_locks(
 
     settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "KEY_PREFIX": f"t{uuid.uuid4().hex[:8]}"}
 
-    class NoSleep:
-        def wait(self, timeout, stop):
-            return False
-
-        def close(self):
-            pass
-
-    scheduler = build_scheduler(node_id="node-alpha", sleeper=NoSleep(), stop=threading.Event())
+    scheduler = build_scheduler(node_id="node-alpha", sleeper=NoWait(), stop=threading.Event())
     lock = ClusterLock("nightly-report", ttl=30)
     try:
         scheduler.step()

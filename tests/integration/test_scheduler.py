@@ -25,6 +25,7 @@ from django_cluster_cron.lease import LeaderLease
 from django_cluster_cron.models import JobDefinition, JobRun, RunStatus, RunTrigger
 from django_cluster_cron.scheduler import Scheduler
 from django_cluster_cron.store import RunStore
+from django_cluster_cron.testing import NoWait
 
 pytestmark = pytest.mark.django_db(transaction=True)
 UTC = timezone.utc
@@ -39,14 +40,6 @@ class Clock:
 
     def advance(self, seconds: float) -> None:
         self.now += timedelta(seconds=seconds)
-
-
-class NoSleep:
-    def wait(self, timeout: float, stop: threading.Event) -> bool:
-        return False
-
-    def close(self) -> None:
-        pass
 
 
 @pytest.fixture
@@ -64,7 +57,7 @@ def make_scheduler(redis_client, settings):
             lease=LeaderLease(client, key, node, ttl),
             store=RunStore(),
             dispatcher=dispatcher or CeleryDispatcher(),
-            sleeper=NoSleep(),
+            sleeper=NoWait(),
             clock=clock,
             poll_interval=0.1,
         )
