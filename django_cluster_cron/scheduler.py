@@ -210,6 +210,9 @@ class Scheduler:
     # -- leadership ------------------------------------------------------------------------
 
     def _try_lead(self) -> float:
+        # The lease's TTL runs from when Redis set it, which is after this instant: dating its
+        # validity from here errs on the safe side (a slow reply shortens it, never extends it).
+        started = time.monotonic()
         try:
             acquired = self.lease.try_acquire()
         except LeaseUnavailable as exc:
@@ -217,7 +220,6 @@ class Scheduler:
         self.health.up("redis")
         if not acquired:
             return self.poll_interval
-        started = time.monotonic()
         try:
             self.epoch = self.store.claim_leadership(self.node_id, self.lease.token, self.clock())
         except DatabaseError as exc:
