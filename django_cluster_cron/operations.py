@@ -16,10 +16,8 @@ from datetime import datetime
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from .core.overlap import OverlapPolicy, overlap_refusal
-from .core.slots import task_id_for
 from .models import JobDefinition, JobRun, RunStatus, RunTrigger
-from .store import RunStore
+from .store import RunStore, dispatchable_run
 
 logger = logging.getLogger("django_cluster_cron.operations")
 
@@ -39,27 +37,6 @@ def _activity(job: JobDefinition) -> Counter[str]:
     ):
         counts["running" if status == RunStatus.RUNNING else "waiting"] += 1
     return counts
-
-
-def _row(
-    job: JobDefinition, slot: datetime, trigger: str, counts: Counter[str], node: str
-) -> JobRun:
-    refusal = None
-    if job.overlap_policy != OverlapPolicy.ALLOW.value:
-        refusal = overlap_refusal(
-            job.overlap_policy, running=counts["running"], waiting=counts["waiting"]
-        )
-    if refusal is None:
-        counts["waiting"] += 1
-    return JobRun(
-        job=job,
-        scheduled_for=slot,
-        task_id=task_id_for(job.pk, slot),
-        trigger=trigger,
-        status=RunStatus.SKIPPED if refusal else RunStatus.PENDING,
-        reason=(refusal or "")[:255],
-        dispatched_by=node,
-    )
 
 
 def publish(runs: list[JobRun]) -> int:
@@ -90,7 +67,7 @@ def run_now(job: JobDefinition, *, by: str = "admin") -> JobRun:
     now = timezone.now()
     try:
         with transaction.atomic():
-            run = _row(job, now, RunTrigger.MANUAL, counts, by)
+            run = dispatchable_run(job, now, RunTrigger.MANUAL, counts, node=by)
             run.save()
     except IntegrityError:
         raise OperationError("A run for this very instant already exists; try again.") from None
@@ -144,7 +121,9 @@ def backfill(
             f"The range holds more than {BACKFILL_LIMIT:,} slots without a run; narrow it."
         )
     counts = _activity(job)
-    rows = [_row(job, slot, RunTrigger.BACKFILL, counts, by) for slot in plan.slots]
+    rows = [
+        dispatchable_run(job, slot, RunTrigger.BACKFILL, counts, node=by) for slot in plan.slots
+    ]
     with transaction.atomic():
         JobRun.objects.bulk_create(rows, ignore_conflicts=True)
     created = list(JobRun.objects.filter(job=job, task_id__in=[r.task_id for r in rows]))

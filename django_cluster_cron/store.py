@@ -104,6 +104,56 @@ class BatchResult:
     invalid: list[tuple[int, str]] = field(default_factory=list)
 
 
+def new_run(
+    job: JobDefinition,
+    slot: datetime,
+    trigger: str,
+    *,
+    node: str,
+    epoch: int | None = None,
+    status: str = RunStatus.PENDING,
+    reason: str = "",
+) -> JobRun:
+    """An unsaved JobRun of ``job`` for ``slot``, with its deterministic task id."""
+    return JobRun(
+        job_id=job.pk,
+        scheduled_for=slot,
+        task_id=task_id_for(job.pk, slot),
+        trigger=trigger,
+        status=status,
+        reason=reason[:255],
+        dispatched_by=node,
+        epoch=epoch,
+    )
+
+
+def dispatchable_run(
+    job: JobDefinition,
+    slot: datetime,
+    trigger: str,
+    counts: Counter[str],
+    *,
+    node: str,
+    epoch: int | None = None,
+) -> JobRun:
+    """A run to dispatch, or a ``skipped`` one if the job's overlap policy refuses it.
+
+    ``counts`` holds the job's active runs (``running``, ``waiting``) and is updated, so the
+    next call for the same job sees this run waiting.
+    """
+    refusal = None
+    if job.overlap_policy != OverlapPolicy.ALLOW.value:
+        refusal = overlap_refusal(
+            job.overlap_policy, running=counts["running"], waiting=counts["waiting"]
+        )
+    if refusal:
+        return new_run(
+            job, slot, trigger, node=node, epoch=epoch, status=RunStatus.SKIPPED, reason=refusal
+        )
+    counts["waiting"] += 1
+    return new_run(job, slot, trigger, node=node, epoch=epoch)
+
+
 class RunStore:
     """ORM implementation of the scheduler's storage; one instance per scheduler process."""
 
@@ -216,34 +266,27 @@ class RunStore:
         node_id: str,
         result: BatchResult,
     ) -> list[JobRun]:
-        def row(slot: datetime, trigger: str, status: str, reason: str = "") -> JobRun:
-            return JobRun(
-                job_id=job.pk,
-                scheduled_for=slot,
-                task_id=task_id_for(job.pk, slot),
-                trigger=trigger,
-                status=status,
-                reason=reason[:255],
-                dispatched_by=node_id,
-                epoch=epoch,
-            )
-
         rows: list[JobRun] = []
         counts = activity.setdefault(job.pk, Counter())
         for planned in plan.runs:
-            refusal = None
-            if job.overlap_policy != OverlapPolicy.ALLOW.value:
-                refusal = overlap_refusal(
-                    job.overlap_policy, running=counts["running"], waiting=counts["waiting"]
-                )
-            if refusal:
-                rows.append(row(planned.slot, planned.trigger.value, RunStatus.SKIPPED, refusal))
-                result.skipped += 1
-            else:
-                rows.append(row(planned.slot, planned.trigger.value, RunStatus.PENDING))
-                counts["waiting"] += 1
+            run = dispatchable_run(
+                job, planned.slot, planned.trigger.value, counts, node=node_id, epoch=epoch
+            )
+            result.skipped += run.status == RunStatus.SKIPPED
+            rows.append(run)
         reason = f"catch-up policy '{job.catchup_policy}'"
-        missed = [row(slot, RunTrigger.CATCHUP, RunStatus.MISSED, reason) for slot in plan.missed]
+        missed = [
+            new_run(
+                job,
+                slot,
+                RunTrigger.CATCHUP,
+                node=node_id,
+                epoch=epoch,
+                status=RunStatus.MISSED,
+                reason=reason,
+            )
+            for slot in plan.missed
+        ]
         if plan.unrecorded is not None:
             gap = plan.unrecorded
             count = "an unknown number of" if gap.count is None else f"{gap.count:,}"
