@@ -52,6 +52,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_cluster_cron",
+    "django_celery_beat",  # only to test import_celery_beat
     "tests.testapp",
 ]
 

@@ -1,0 +1,145 @@
+"""``manage.py import_celery_beat``: turn django-celery-beat's periodic tasks into jobs.
+
+Dry-run first (the default): it lists what it would create and what it skips, and why. Crontab
+schedules map one to one; interval schedules map when the interval divides the minute, hour or
+day (the phase then follows the clock, not the moment beat started); solar, clocked and one-off
+tasks have no cron equivalent and are skipped. Every job is validated like an admin entry.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from django.apps import apps
+from django.core.exceptions import ValidationError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import transaction
+
+from django_cluster_cron.models import JobDefinition
+
+
+def _interval_cron(period: str, every: int) -> str | None:
+    """The cron expression of "every N <period>" when N divides the next unit up, else None."""
+    step = "*" if every == 1 else f"*/{every}"
+    if period == "seconds" and 60 % every == 0:
+        return f"* * * * * {step}"
+    if period == "minutes" and 60 % every == 0:
+        return f"{step} * * * *"
+    if period == "hours" and 24 % every == 0:
+        return f"0 {step} * * *"
+    if period == "days" and every == 1:
+        return "0 0 * * *"
+    return None
+
+
+@dataclass
+class Mapping:
+    name: str
+    job: JobDefinition | None
+    reason: str = ""
+
+
+class Command(BaseCommand):
+    help = (
+        "Import django-celery-beat periodic tasks as cluster-cron jobs. Shows what it would do "
+        "unless --apply is given."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--apply", action="store_true", help="Create the jobs (default: dry run)."
+        )
+        parser.add_argument(
+            "--disable-imported",
+            action="store_true",
+            help="With --apply: disable each imported periodic task in django-celery-beat, so "
+            "beat and cluster-cron do not both run it.",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if not apps.is_installed("django_celery_beat"):
+            raise CommandError(
+                "django-celery-beat is not installed here: add 'django_celery_beat' to "
+                "INSTALLED_APPS (next to django_cluster_cron) to import its periodic tasks."
+            )
+        periodic_task = apps.get_model("django_celery_beat", "PeriodicTask")
+        tasks = periodic_task.objects.select_related("crontab", "interval").order_by("name")
+        mappings = [self.map(task) for task in tasks]
+        created = 0
+        with transaction.atomic():
+            for mapping in mappings:
+                if mapping.job is None:
+                    self.stdout.write(f"skip    {mapping.name}: {mapping.reason}")
+                    continue
+                job = mapping.job
+                self.stdout.write(
+                    f"{'create ' if options['apply'] else 'would create'} {mapping.name}: "
+                    f"'{job.cron}' in {job.timezone} -> {job.task}"
+                    + ("" if job.enabled else " (disabled)")
+                    + (f" [{mapping.reason}]" if mapping.reason else "")
+                )
+                if options["apply"]:
+                    job.save()
+                    created += 1
+                    if options["disable_imported"]:
+                        periodic_task.objects.filter(name=mapping.name).update(enabled=False)
+        skipped = sum(1 for m in mappings if m.job is None)
+        verb = "Created" if options["apply"] else "Would create"
+        self.stdout.write(
+            self.style.SUCCESS(f"{verb} {len(mappings) - skipped} job(s); skipped {skipped}.")
+        )
+        if not options["apply"] and len(mappings) > skipped:
+            self.stdout.write("Run again with --apply (and --disable-imported) to import.")
+
+    def map(self, task: Any) -> Mapping:
+        name = task.name
+        if task.task.startswith("celery."):
+            return Mapping(name, None, "Celery's own maintenance task; not imported")
+        if task.one_off:
+            return Mapping(name, None, "one-off task: use Run now or a backfill instead")
+        note = ""
+        if task.crontab is not None:
+            c = task.crontab
+            cron = f"{c.minute} {c.hour} {c.day_of_month} {c.month_of_year} {c.day_of_week}"
+            zone = str(c.timezone)
+        elif task.interval is not None:
+            every, period = task.interval.every, task.interval.period
+            interval_cron = _interval_cron(period, every) if every >= 1 else None
+            if interval_cron is None:
+                return Mapping(
+                    name,
+                    None,
+                    f"every {every} {period} has no cron equivalent (it must divide "
+                    "a minute, an hour or a day)",
+                )
+            cron, zone = interval_cron, "UTC"
+            note = "interval now aligned to the clock"
+        else:
+            return Mapping(name, None, "solar and clocked schedules have no cron equivalent")
+        if JobDefinition.objects.filter(name=name).exists():
+            return Mapping(name, None, "a job with this name already exists")
+        try:
+            args, kwargs = json.loads(task.args or "[]"), json.loads(task.kwargs or "{}")
+        except ValueError as exc:
+            return Mapping(name, None, f"args/kwargs are not JSON: {exc}")
+        job = JobDefinition(
+            name=name,
+            description=task.description or "",
+            cron=cron,
+            timezone=zone,
+            task=task.task,
+            args=args,
+            kwargs=kwargs,
+            enabled=task.enabled,
+            queue=task.queue or "",
+            priority=task.priority,
+            expires=task.expire_seconds,
+        )
+        try:
+            job.full_clean()
+        except ValidationError as exc:
+            problems = "; ".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items())
+            return Mapping(name, None, f"not valid here: {problems}")
+        return Mapping(name, job, note)
