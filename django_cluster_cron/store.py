@@ -37,6 +37,9 @@ from .models import (
 logger = logging.getLogger("django_cluster_cron.scheduler")
 
 LEADER = "leader"
+# The re-publish wait doubles with each copy up to 2**4 = 16 x OUTBOX_REPUBLISH_AFTER (8 minutes
+# with the default 30 s): bounded copies for a long backlog, a bounded delay for a lost message.
+REPUBLISH_BACKOFF_DOUBLINGS = 4
 WAITING_STATUSES = (RunStatus.PENDING, RunStatus.QUEUED, RunStatus.RETRYING)
 
 
@@ -315,8 +318,9 @@ class RunStore:
         ``pending`` runs become ``queued``. Every run gets ``publish_count + 1`` and a
         ``republish_at``: if no worker has started it by then, the leader's sweep sends it again
         — a broker that lost its queue (a Redis restart without persistence) cannot strand a run.
-        The wait is ``OUTBOX_REPUBLISH_AFTER`` doubled with each copy (and counted from the ETA
-        for a retry), so a long but healthy backlog costs only a few extra copies per run.
+        The wait is ``OUTBOX_REPUBLISH_AFTER`` doubled with each copy up to 16 times that (and
+        counted from the ETA for a retry), so a long but healthy backlog costs only a few extra
+        copies per run and a lost message waits at most 16 x ``OUTBOX_REPUBLISH_AFTER``.
         """
         if not messages:
             return
@@ -336,7 +340,7 @@ class RunStore:
         groups: dict[tuple[int, datetime], list[str]] = {}
         for message in messages:
             start = max(now, message.eta) if message.eta else now
-            due = start + base * 2 ** min(message.publish_count, 16)
+            due = start + base * 2 ** min(message.publish_count, REPUBLISH_BACKOFF_DOUBLINGS)
             groups.setdefault((message.publish_count, due), []).append(message.task_id)
         for (count, due), task_ids in groups.items():
             JobRun.objects.filter(task_id__in=task_ids, status__in=WAITING_STATUSES).update(

@@ -22,15 +22,17 @@
 from __future__ import annotations
 
 import contextvars
+import functools
 import logging
 import os
 import socket
 import threading
 import traceback
+from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
-from django.db import connection
+from django.db import InterfaceError, OperationalError, connection
 from django.utils import timezone
 
 from . import signals
@@ -79,7 +81,7 @@ def execute(task: Any, run_id: object, attempt: object) -> None:
     assert isinstance(run_id, int)
     assert isinstance(attempt, int)
     started = timezone.now()
-    run = claim(run_id, task.request.id, attempt, started)
+    run = _with_fresh_connection(lambda: claim(run_id, task.request.id, attempt, started))
     if run is None:
         count_duplicate(run_id, task.request.id)
         return
@@ -106,14 +108,30 @@ def execute(task: Any, run_id: object, attempt: object) -> None:
         result = task.app.tasks[job.task](*job.args, **job.kwargs)
     except Exception as exc:
         heartbeat.stop()
-        _after_failure(task, run, started, exc, traceback.format_exc())
+        record = functools.partial(_after_failure, task, run, started, exc, traceback.format_exc())
+        _with_fresh_connection(record)
     else:
         heartbeat.stop()
-        _succeed(run, started, result)
+        _with_fresh_connection(lambda: _succeed(run, started, result))
     finally:
         _current_run.reset(token)
         if gate is not None:
             gate.release()
+
+
+T = TypeVar("T")
+
+
+def _with_fresh_connection(action: Callable[[], T]) -> T:
+    """Run a ledger write; if the connection broke (the body may have left it dead, or the
+    server dropped it), reconnect and try once more — the writes are conditional, so a repeat
+    is harmless — instead of leaving the run 'running' until it is declared lost."""
+    try:
+        return action()
+    except (InterfaceError, OperationalError) as exc:
+        logger.warning("run.db_reconnect error=%s", exc)
+        connection.close()
+        return action()
 
 
 def _is_id(value: object) -> bool:

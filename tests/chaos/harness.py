@@ -394,7 +394,8 @@ class Chaos:
         JobDefinition.objects.update(enabled=False, next_run_at=None)
         for name in self.alive("scheduler"):
             os.kill(self.procs[name].pid, signal.SIGCONT)
-        deadline = time.monotonic() + 60
+        # Longer than the longest re-publish wait (16 x OUTBOX_REPUBLISH_AFTER) plus a body.
+        deadline = time.monotonic() + 120
         active = ["pending", "queued", "running", "retrying"]
         while time.monotonic() < deadline and JobRun.objects.filter(status__in=active).exists():
             time.sleep(0.5)

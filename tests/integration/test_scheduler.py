@@ -333,3 +333,28 @@ def test_a_queued_run_whose_message_the_broker_lost_is_sent_again_with_backoff(
     assert run.status == RunStatus.QUEUED
     assert [m["headers"]["id"] for m in queued_messages(redis_client)] == [run.task_id]
     assert run.republish_at - clock.now > first_due - run.queued_at  # the wait doubled
+
+
+def test_the_republish_wait_doubles_per_copy_but_is_capped(settings):
+    from django_cluster_cron.store import OutboxMessage
+
+    settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "OUTBOX_REPUBLISH_AFTER": 10}
+    made = job("backoff")
+    slot = T0
+    run = JobRun.objects.create(
+        job=made,
+        scheduled_for=slot,
+        task_id=made.task_id_for(slot),
+        trigger=RunTrigger.SCHEDULE,
+        status=RunStatus.QUEUED,
+    )
+    now = dj_timezone.now()
+    waits = []
+    for count in (0, 1, 2, 3, 4, 5, 20):
+        JobRun.objects.filter(pk=run.pk).update(publish_count=count)
+        run.refresh_from_db()
+        RunStore().mark_published([OutboxMessage.for_run(run)], now=now)
+        run.refresh_from_db()
+        waits.append((run.republish_at - now).total_seconds())
+        assert run.publish_count == count + 1
+    assert waits == [10, 20, 40, 80, 160, 160, 160]

@@ -395,3 +395,16 @@ def test_the_heartbeat_reconnects_after_its_database_connection_is_cut(settings)
         )
     finally:
         heartbeat.stop()
+
+
+def test_a_failure_that_killed_the_db_connection_is_still_recorded():
+    """Regression (20-minute chaos run): a body that failed because the database connection was
+    cut left that dead connection behind; recording the failure raised too, and the run stayed
+    'running' until the lost-run sweep, round after round."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("terminating a server-side connection needs PostgreSQL")
+    run = apply(make_run(make_job(task="tests.cut_own_connection")))
+    assert run.status == RunStatus.FAILED
+    assert "terminating connection" in run.error

@@ -77,3 +77,12 @@ def whoami() -> list[Any]:
     run = current_run()
     assert run is not None
     return [run.pk, run.attempt, run.task_id]
+
+
+@shared_task(name="tests.cut_own_connection")
+def cut_own_connection() -> None:
+    """Have PostgreSQL terminate this process's own connection (the body fails with it)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(pg_backend_pid())")
