@@ -371,21 +371,24 @@ class JobDefinitionAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         if done:
             self.message_user(request, f"{verb} {done} job(s).", messages.SUCCESS)
 
+    def _call(
+        self, request: HttpRequest, queryset: QuerySet[JobDefinition], method: str, verb: str
+    ) -> None:
+        """Call the JobDefinition method ``method`` on each job; log "<verb>." for each."""
+
+        def call(job: JobDefinition) -> str:
+            getattr(job, method)()
+            return f"{verb}."
+
+        self._each(request, queryset, verb, call)
+
     @admin.action(description="Pause selected jobs", permissions=["pause"])
     def pause_jobs(self, request: HttpRequest, queryset: QuerySet[JobDefinition]) -> None:
-        def pause(job: JobDefinition) -> str:
-            job.pause()
-            return "Paused."
-
-        self._each(request, queryset.filter(enabled=True), "Paused", pause)
+        self._call(request, queryset.filter(enabled=True), "pause", "Paused")
 
     @admin.action(description="Resume selected jobs (no catch-up)", permissions=["pause"])
     def resume_jobs(self, request: HttpRequest, queryset: QuerySet[JobDefinition]) -> None:
-        def resume(job: JobDefinition) -> str:
-            job.resume()
-            return "Resumed."
-
-        self._each(request, queryset.filter(enabled=False), "Resumed", resume)
+        self._call(request, queryset.filter(enabled=False), "resume", "Resumed")
 
     @admin.action(description="Run selected jobs now", permissions=["run"])
     def run_jobs_now(self, request: HttpRequest, queryset: QuerySet[JobDefinition]) -> None:
@@ -399,19 +402,11 @@ class JobDefinitionAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     @admin.action(description="Soft-delete selected jobs", permissions=["softdelete"])
     def soft_delete_jobs(self, request: HttpRequest, queryset: QuerySet[JobDefinition]) -> None:
-        def soft_delete(job: JobDefinition) -> str:
-            job.soft_delete()
-            return "Soft-deleted."
-
-        self._each(request, queryset.filter(deleted_at__isnull=True), "Soft-deleted", soft_delete)
+        self._call(request, queryset.filter(deleted_at__isnull=True), "soft_delete", "Soft-deleted")
 
     @admin.action(description="Restore selected jobs", permissions=["softdelete"])
     def restore_jobs(self, request: HttpRequest, queryset: QuerySet[JobDefinition]) -> None:
-        def restore(job: JobDefinition) -> str:
-            job.restore()
-            return "Restored."
-
-        self._each(request, queryset.filter(deleted_at__isnull=False), "Restored", restore)
+        self._call(request, queryset.filter(deleted_at__isnull=False), "restore", "Restored")
 
     # -- per-job pages: pause with a note, run now, backfill -----------------------------
 

@@ -417,3 +417,14 @@ def test_the_date_drill_down_lists_the_periods_between_the_first_and_last_run(ad
         f"&scheduled_for__day={first.day}"
     ).content.decode()
     assert "3 runs" in day_page
+
+
+def test_bulk_pause_and_resume_actions_change_only_the_selected_jobs(admin_client):
+    first, second, other = make_job(), make_job(), make_job()
+    admin_client.post(JOBS, {"action": "pause_jobs", "_selected_action": [first.pk, second.pk]})
+    states = dict(JobDefinition.objects.values_list("pk", "enabled"))
+    assert states == {first.pk: False, second.pk: False, other.pk: True}
+    admin_client.post(JOBS, {"action": "resume_jobs", "_selected_action": [first.pk]})
+    states = dict(JobDefinition.objects.values_list("pk", "enabled"))
+    assert states == {first.pk: True, second.pk: False, other.pk: True}
+    assert LogEntry.objects.filter(object_id=str(second.pk), change_message="Paused.").exists()
