@@ -210,22 +210,30 @@ def test_bad_rows_are_parked_and_reported_once_while_the_good_job_keeps_running(
 
 @pytest.mark.django_db
 def test_a_worker_fails_a_run_of_a_row_with_bad_args_with_a_clear_error():
-    job = JobDefinition.objects.create(
-        name="bad-args", cron="* * * * *", timezone="UTC", task="tests.add"
-    )
+    job = _job("bad-args")
     JobDefinition.objects.filter(pk=job.pk).update(args={"x": 1})
+    run = _queued_run(job)
+    execute_run.apply(args=(run.pk, 1), task_id=run.task_id)
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED
+    assert "invalid job definition: args must be a JSON list" in run.error
+
+
+def _job(name):
+    return JobDefinition.objects.create(
+        name=name, cron="* * * * *", timezone="UTC", task="tests.add"
+    )
+
+
+def _queued_run(job):
     slot = datetime.now(UTC).replace(microsecond=0)
-    run = JobRun.objects.create(
+    return JobRun.objects.create(
         job=job,
         scheduled_for=slot,
         task_id=job.task_id_for(slot),
         trigger=RunTrigger.MANUAL,
         status=RunStatus.QUEUED,
     )
-    execute_run.apply(args=(run.pk, 1), task_id=run.task_id)
-    run.refresh_from_db()
-    assert run.status == RunStatus.FAILED
-    assert "invalid job definition: args must be a JSON list" in run.error
 
 
 # -- the network: malformed or forged messages, junk in Redis ------------------------------
@@ -248,17 +256,8 @@ def test_a_worker_fails_a_run_of_a_row_with_bad_args_with_a_clear_error():
     ],
 )
 def test_malformed_run_messages_are_rejected_with_a_log_line(args, caplog):
-    job = JobDefinition.objects.create(
-        name="target", cron="* * * * *", timezone="UTC", task="tests.add"
-    )
-    slot = datetime.now(UTC).replace(microsecond=0)
-    run = JobRun.objects.create(
-        job=job,
-        scheduled_for=slot,
-        task_id=job.task_id_for(slot),
-        trigger=RunTrigger.MANUAL,
-        status=RunStatus.QUEUED,
-    )
+    job = _job("target")
+    run = _queued_run(job)
     with caplog.at_level(logging.INFO, logger="django_cluster_cron.worker"):
         result = execute_run.apply(args=args, task_id=run.task_id)
     assert result.successful(), result.traceback
@@ -269,21 +268,10 @@ def test_malformed_run_messages_are_rejected_with_a_log_line(args, caplog):
 
 @pytest.mark.django_db
 def test_a_forged_message_naming_another_jobs_run_does_nothing():
-    mine = JobDefinition.objects.create(
-        name="mine", cron="* * * * *", timezone="UTC", task="tests.add"
-    )
-    other = JobDefinition.objects.create(
-        name="other", cron="* * * * *", timezone="UTC", task="tests.add"
-    )
-    slot = datetime.now(UTC).replace(microsecond=0)
-    run = JobRun.objects.create(
-        job=mine,
-        scheduled_for=slot,
-        task_id=mine.task_id_for(slot),
-        trigger=RunTrigger.MANUAL,
-        status=RunStatus.QUEUED,
-    )
-    execute_run.apply(args=(run.pk, 1), task_id=other.task_id_for(slot))
+    mine = _job("mine")
+    other = _job("other")
+    run = _queued_run(mine)
+    execute_run.apply(args=(run.pk, 1), task_id=other.task_id_for(run.scheduled_for))
     run.refresh_from_db()
     assert run.status == RunStatus.QUEUED
 
