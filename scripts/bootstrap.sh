@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Create .venv (if missing) and install the project with its test, lint and example extras.
+# Create .venv (if missing) and install the project with its test, lint, example and docs extras.
 # Idempotent and quiet: re-runs are instant unless pyproject.toml changed. Errors stay visible.
 # Env: PYTHON (default python3) picks the interpreter for a new venv.
 set -euo pipefail
@@ -40,9 +40,9 @@ if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ]; then
     exit 0
 fi
 
-echo "bootstrap: installing the project and its test, lint and example extras into $VENV"
+echo "bootstrap: installing the project and its test, lint, example and docs extras into $VENV"
 rm -f "$STAMP"
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
 "$VENV/bin/python" -m pip install --quiet --upgrade pip
-"$VENV/bin/python" -m pip install --quiet -e ".[test,lint,example]"
+"$VENV/bin/python" -m pip install --quiet -e ".[test,lint,example,docs]"
 printf '%s' "$want" >"$STAMP"
