@@ -13,6 +13,13 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django_cluster_cron.conf import NODE_ID_ENV, app_settings
 from django_cluster_cron.scheduler import build_scheduler, default_node_id
 
+# Health component name -> what the operator is told was unreachable.
+_COMPONENTS = {
+    "redis": "Redis (the lease, via django-redis)",
+    "db": "the database",
+    "broker": "the Celery broker",
+}
+
 
 def _positive(value: str) -> float:
     number = float(value)
@@ -68,6 +75,14 @@ class Command(BaseCommand):
         )
         if options["once"]:
             led = scheduler.run_once()
+            # The scheduler survives outages by design (it logs and backs off), so one tick
+            # "succeeds" even when nothing could be done. A cron-style caller only sees the exit
+            # status: report every dependency that was unreachable and exit 1.
+            down = [name for name in _COMPONENTS if scheduler.health.is_down(name)]
+            if down:
+                names = ", ".join(_COMPONENTS[name] for name in down)
+                self.stderr.write(f"run_scheduler --once failed: unavailable: {names}.")
+                sys.exit(1)
             if not led:
                 self.stdout.write("Another node holds the lease; nothing done.")
             return
