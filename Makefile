@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 POSTGRES_URL ?= postgres://postgres@127.0.0.1:5432/test
 DJANGO_ADMIN := DJANGO_SETTINGS_MODULE=tests.settings $(VENV)/bin/django-admin
 
-.PHONY: help bootstrap test test-postgres lint format check chaos demo clean
+.PHONY: help bootstrap test test-postgres lint format check chaos demo release-check clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -42,6 +42,9 @@ chaos:  ## the chaos suite (PostgreSQL needed): CHAOS_SEED, CHAOS_DURATION (seco
 
 demo:  ## run the example project end to end
 	bash scripts/demo.sh
+
+release-check:  ## build sdist and wheel, check them, smoke-test the wheel in a fresh project
+	bash scripts/release_check.sh
 
 clean:  ## remove caches and build output (keeps .venv)
 	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis .coverage htmlcov build dist .tmp
