@@ -6,7 +6,8 @@ The contract tested here:
 * it dispatches what is due and exits 0;
 * another node holds the lease: exit 0, nothing dispatched (a standby is a normal state in a
   cluster, not a failure; the leader does the work), and it says so on stdout;
-* Redis, the database or the broker unreachable: exit 1, with stderr naming what was down.
+* Redis, the database or the broker unreachable: exit 1, with stderr naming what was down;
+* the database reachable but not migrated: exit 1, telling the operator to migrate.
 """
 
 from __future__ import annotations
@@ -121,3 +122,11 @@ def test_broker_down_exits_one_and_names_it(django_subprocess_env, redis_client,
     assert "the Celery broker" in done.stderr
     # The run is recorded (the outbox): a later tick publishes it.
     assert JobRun.objects.filter(job=job, status=RunStatus.PENDING).count() == 1
+
+
+def test_an_unmigrated_database_exits_one_and_says_migrate(django_subprocess_env, tmp_path):
+    env = {**django_subprocess_env, "DATABASE_URL": "sqlite:///" + str(tmp_path / "new.sqlite3")}
+    done = run_once(env)
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert "run `manage.py migrate` first" in done.stderr
+    assert "django_cluster_cron.0001_initial" in done.stderr

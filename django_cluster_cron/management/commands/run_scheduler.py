@@ -9,6 +9,8 @@ import threading
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
+from django.db.migrations.executor import MigrationExecutor
 
 from django_cluster_cron.conf import NODE_ID_ENV, app_settings
 from django_cluster_cron.scheduler import build_scheduler, default_node_id
@@ -65,6 +67,14 @@ class Command(BaseCommand):
             raise CommandError(
                 f"--poll-interval ({poll:g}s) must be below the lease TTL ({ttl:g}s)."
             )
+        missing = _unapplied_migrations()
+        if missing:
+            # Without this the first tick fails on a missing table or column and is reported as
+            # "database down", which sends the operator looking in the wrong place.
+            raise CommandError(
+                f"The database lacks {len(missing)} migration(s) this version needs "
+                f"({', '.join(missing)}); run `manage.py migrate` first."
+            )
         stop = threading.Event()
         scheduler = build_scheduler(
             node_id=options["node_id"] or default_node_id(),
@@ -96,6 +106,20 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, request_stop)
         signal.signal(signal.SIGINT, request_stop)
         scheduler.run()
+
+
+def _unapplied_migrations() -> list[str]:
+    """Migrations of this app (and what they depend on) not yet applied; [] if the database
+    cannot be reached now: the scheduler's own outage handling waits for it."""
+    try:
+        executor = MigrationExecutor(connections[DEFAULT_DB_ALIAS])
+        targets = [
+            key for key in executor.loader.graph.leaf_nodes() if key[0] == "django_cluster_cron"
+        ]
+        plan = executor.migration_plan(targets)
+    except DatabaseError:
+        return []
+    return [f"{migration.app_label}.{migration.name}" for migration, _ in plan]
 
 
 def _configure_logging(level: str) -> None:
