@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 POSTGRES_URL ?= postgres://postgres@127.0.0.1:5432/test
 DJANGO_ADMIN := DJANGO_SETTINGS_MODULE=tests.settings $(VENV)/bin/django-admin
 
-.PHONY: help bootstrap test test-postgres lint format check chaos demo release-check clean
+.PHONY: help bootstrap test test-postgres lint format check chaos demo docs bench release-check clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -42,6 +42,12 @@ chaos:  ## the chaos suite (PostgreSQL needed): CHAOS_SEED, CHAOS_DURATION (seco
 
 demo:  ## run the example project end to end
 	bash scripts/demo.sh
+
+docs:  ## build the documentation site into site/ (warnings are errors); `mkdocs serve` to write
+	bash scripts/docs.sh
+
+bench:  ## the benchmarks vs the DESIGN targets and the peers; BENCH_ARGS=--quick for a smoke run
+	bash scripts/bench.sh $(BENCH_ARGS)
 
 release-check:  ## build sdist and wheel, check them, smoke-test the wheel in a fresh project
 	bash scripts/release_check.sh

@@ -193,7 +193,7 @@ pass "makemigrations --check --dry-run"
 
 # -- 6. one slot, end to end ---------------------------------------------------------------
 step "one slot end to end"
-# Every second (seconds field last, docs/time.md); `latest` so the seconds that pass before
+# Every second (seconds field last, docs/how-to/time-zones.md); `latest` so the seconds that pass before
 # the tick give one run, not one per second.
 $M shell -v 0 -c "
 from django_cluster_cron.models import JobDefinition

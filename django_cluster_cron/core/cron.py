@@ -1,6 +1,6 @@
 """The cron dialect: parsing, validation with precise messages, and DST-correct fire times.
 
-Dialect (documented in docs/time.md):
+Dialect (documented in docs/how-to/time-zones.md):
 
 * 5 fields ``minute hour day-of-month month day-of-week``, or 6 with a seconds field *last*
   (croniter's convention: ``* * * * * */5`` is every 5 seconds).
