@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, cast
 
 from django import forms
@@ -24,6 +25,7 @@ from django.utils.safestring import SafeString
 
 from .. import operations
 from ..celery_app import registered_task_names
+from ..core.cron import CronSchedule
 from ..core.errors import ScheduleError
 from ..core.timezones import available_timezones
 from ..describe import describe
@@ -32,6 +34,33 @@ from ..operations import OperationError
 from .display import RECENT_RUNS, badge, recent_runs_by_job, run_strip, success_rate
 
 PREVIEW_COUNT = 10
+# Longer than any valid cron (200) or zone name; the parser reports what is wrong below that.
+PREVIEW_INPUT_LIMIT = 300
+
+
+def preview_html(cron: str, zone: str, now: datetime) -> SafeString:
+    """The schedule in words and its next fire times in the zone and in UTC, with DST notes."""
+    if not cron.strip():
+        return format_html("{}", "Type a cron expression to see its next runs.")
+    try:
+        schedule = CronSchedule.parse(cron, zone)  # not the cached parser: input is arbitrary
+    except ScheduleError as exc:
+        return format_html('<p class="dcc-preview-error">No preview: {}</p>', exc)
+    rows = (
+        (
+            f"{t.astimezone(schedule.zone):%a %Y-%m-%d %H:%M:%S %Z}",
+            f"{t:%Y-%m-%d %H:%M:%S} UTC",
+            schedule.dst_note(t) or "",
+        )
+        for t in schedule.fire_times(now, PREVIEW_COUNT)
+    )
+    return format_html(
+        '<p>{}</p><table class="dcc-upcoming"><thead><tr><th>{}</th><th>UTC</th><th>DST</th>'
+        "</tr></thead><tbody>{}</tbody></table>",
+        describe(cron),
+        zone,
+        format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td></tr>", rows),
+    )
 
 
 def _task_choices(current: str | None) -> list[tuple[str, str]]:
@@ -171,6 +200,10 @@ class JobChangeList(ChangeList):
 @admin.register(JobDefinition)
 class JobDefinitionAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     form = JobDefinitionForm
+
+    class Media:
+        js = ("django_cluster_cron/preview.js",)
+
     list_display = (
         "name",
         "schedule",
@@ -330,28 +363,13 @@ class JobDefinitionAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return success_rate(self._recent(job))
 
     @admin.display(description=f"next {PREVIEW_COUNT} runs")
-    def upcoming(self, job: JobDefinition) -> SafeString | str:
-        if not job.cron:
-            return "Save the job to see its upcoming runs."
-        try:
-            schedule = job.schedule
-        except ScheduleError as exc:
-            return f"No preview: {exc}"
-        times = schedule.fire_times(timezone.now(), PREVIEW_COUNT)
-        rows = (
-            (
-                f"{t.astimezone(schedule.zone):%a %Y-%m-%d %H:%M:%S %Z}",
-                f"{t:%Y-%m-%d %H:%M:%S} UTC",
-                schedule.dst_note(t) or "",
-            )
-            for t in times
-        )
+    def upcoming(self, job: JobDefinition) -> SafeString:
+        # The form's script re-fetches this box from preview_view as the operator types, so the
+        # add form previews too, not only a saved job.
         return format_html(
-            '<p>{}</p><table class="dcc-upcoming"><thead><tr><th>{}</th><th>UTC</th><th>DST</th>'
-            "</tr></thead><tbody>{}</tbody></table>",
-            describe(job.cron),
-            job.timezone,
-            format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td></tr>", rows),
+            '<div class="dcc-preview" data-preview-url="{}" aria-live="polite">{}</div>',
+            reverse("admin:django_cluster_cron_job_preview"),
+            preview_html(job.cron, job.timezone, timezone.now()),
         )
 
     # -- actions -------------------------------------------------------------------------
@@ -413,6 +431,7 @@ class JobDefinitionAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def get_urls(self) -> list[Any]:
         wrap = self.admin_site.admin_view
         return [
+            path("preview/", wrap(self.preview_view), name="django_cluster_cron_job_preview"),
             path("<int:pk>/pause/", wrap(self.pause_view), name="django_cluster_cron_job_pause"),
             path("<int:pk>/resume/", wrap(self.resume_view), name="django_cluster_cron_job_resume"),
             path("<int:pk>/run-now/", wrap(self.run_now_view), name="django_cluster_cron_job_run"),
@@ -423,6 +442,14 @@ class JobDefinitionAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             ),
             *super().get_urls(),
         ]
+
+    def preview_view(self, request: HttpRequest) -> HttpResponse:
+        """The next fire times of the cron and zone in the query string, as an HTML fragment."""
+        if not (self.has_add_permission(request) or self.has_view_or_change_permission(request)):
+            raise PermissionDenied
+        cron = request.GET.get("cron", "")[:PREVIEW_INPUT_LIMIT]
+        zone = request.GET.get("timezone", "")[:PREVIEW_INPUT_LIMIT]
+        return HttpResponse(preview_html(cron, zone, timezone.now()))
 
     def _job_or_404(self, request: HttpRequest, pk: int, allowed: bool) -> JobDefinition:
         if not allowed:

@@ -40,9 +40,15 @@ def test_an_operator_creates_fixes_runs_pauses_and_watches_the_cluster(
     assert "minute field: '61' — 61 is out of range 0-59" in error.inner_text()
     assert not JobDefinition.objects.exists()
 
-    # Fixed, it saves and the change page previews the next ten fire times in the job's zone.
+    # Typing the fix previews it at once, before anything is saved.
     page.fill("#id_cron", "*/5 * * * *")
+    page.wait_for_selector(".dcc-preview .dcc-upcoming")
+    assert page.locator(".dcc-upcoming tbody tr").count() == 10
+    assert not JobDefinition.objects.exists()
+
+    # Saved, the change page previews the next ten fire times in the job's zone.
     page.click("input[name=_continue]")
+    page.wait_for_url(re.compile(r"/jobdefinition/\d+/change/"))
     page.wait_for_selector(".dcc-upcoming")
     rows = page.locator(".dcc-upcoming tbody tr")
     assert rows.count() == 10

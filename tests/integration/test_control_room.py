@@ -428,3 +428,39 @@ def test_bulk_pause_and_resume_actions_change_only_the_selected_jobs(admin_clien
     states = dict(JobDefinition.objects.values_list("pk", "enabled"))
     assert states == {first.pk: True, second.pk: False, other.pk: True}
     assert LogEntry.objects.filter(object_id=str(second.pk), change_message="Paused.").exists()
+
+
+# -- the form's live preview ------------------------------------------------------------------
+
+PREVIEW = reverse("admin:django_cluster_cron_job_preview")
+
+
+def test_the_add_form_carries_the_live_preview_box_and_its_script(admin_client):
+    page = admin_client.get(reverse("admin:django_cluster_cron_jobdefinition_add")).content.decode()
+    assert f'data-preview-url="{PREVIEW}"' in page
+    assert "django_cluster_cron/preview.js" in page
+    assert "Type a cron expression to see its next runs." in page
+
+
+def test_the_preview_shows_the_next_ten_runs_of_an_unsaved_schedule(admin_client):
+    page = admin_client.get(PREVIEW, {"cron": "30 2 * * *", "timezone": "America/New_York"})
+    html = page.content.decode()
+    assert page.status_code == 200
+    assert html.count("<tr><td>") == 10
+    assert "America/New_York" in html
+    assert "At 02:30" in html
+    assert not JobDefinition.objects.exists()
+
+
+def test_the_preview_explains_a_bad_expression_or_zone_escaped(admin_client):
+    bad = admin_client.get(PREVIEW, {"cron": "61 * * * *", "timezone": "UTC"}).content.decode()
+    assert "No preview: minute field: &#x27;61&#x27; — 61 is out of range 0-59" in bad
+    zone = admin_client.get(PREVIEW, {"cron": "* * * * *", "timezone": "<b>Mars</b>"})
+    assert "No preview:" in zone.content.decode()
+    assert "<b>" not in zone.content.decode()
+
+
+def test_the_preview_needs_a_permission_on_jobs(client):
+    user = User.objects.create_user("nobody", password="pw", is_staff=True)
+    client.force_login(user)
+    assert client.get(PREVIEW, {"cron": "* * * * *", "timezone": "UTC"}).status_code == 403
