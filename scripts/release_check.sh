@@ -84,6 +84,7 @@ for names, where in ((w, "wheel"), (s, "sdist")):
     need(names, has("django_cluster_cron/py.typed"), where)
     need(names, has("django_cluster_cron/migrations/0001_initial.py"), where)
     need(names, has("django_cluster_cron/templates/admin/", ".html"), where)
+    need(names, has("django_cluster_cron/static/django_cluster_cron/", ".js"), where)
     need(names, has("django_cluster_cron/management/commands/run_scheduler.py"), where)
     for bad in ("__pycache__", ".pyc"):
         if any(bad in n for n in names):
@@ -107,7 +108,7 @@ for p in problems:
 print(f"   wheel: {len(w)} files; sdist: {len(s)} files")
 sys.exit(1 if problems else 0)
 EOF
-pass "wheel and sdist contents (py.typed, migrations, templates, license; no tests or caches in the wheel)"
+pass "wheel and sdist contents (py.typed, migrations, templates, static files, license; no tests or caches in the wheel)"
 
 # -- 3. throwaway Redis --------------------------------------------------------------------
 step "throwaway Redis"
