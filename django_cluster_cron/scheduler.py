@@ -339,22 +339,24 @@ class Scheduler:
             published = exc.published
         else:
             self.health.up("broker")
-        on_time = [m for m in messages if m.task_id in published and m.trigger == "schedule"]
+        sent_ids = set(published)  # membership tests below: a batch is hundreds of messages
+        on_time = [m for m in messages if m.task_id in sent_ids and m.trigger == "schedule"]
         if on_time:
             now = self.clock()
             self.last_lag = max((now - m.scheduled_for).total_seconds() for m in on_time)
-        for message in messages:
-            if message.task_id in published:
-                logger.info(
-                    "run.dispatched job=%s slot=%s task_id=%s trigger=%s epoch=%s",
-                    message.job_id,
-                    message.scheduled_for.isoformat(),
-                    message.task_id,
-                    message.trigger,
-                    self.epoch,
-                )
+        if logger.isEnabledFor(logging.INFO):  # a burst: thousands of lines nobody may log
+            for message in messages:
+                if message.task_id in sent_ids:
+                    logger.info(
+                        "run.dispatched job=%s slot=%s task_id=%s trigger=%s epoch=%s",
+                        message.job_id,
+                        message.scheduled_for.isoformat(),
+                        message.task_id,
+                        message.trigger,
+                        self.epoch,
+                    )
         _fault_point("after_publish")
-        sent = [m for m in messages if m.task_id in published]
+        sent = [m for m in messages if m.task_id in sent_ids]
         self.store.mark_published(sent, epoch=self.epoch, now=self.clock())
 
     def _report_invalid(self, invalid: list[tuple[int, str]]) -> None:
