@@ -192,11 +192,12 @@ def test_if_celerys_internals_moved_every_message_goes_through_send_task(
     app = celery_app()
     sent_by_send_task = []
     real_send_task = app.send_task
-    monkeypatch.setattr(
-        app,
-        "send_task",
-        lambda *a, **kw: sent_by_send_task.append(kw["task_id"]) or real_send_task(*a, **kw),
-    )
+
+    def counting_send_task(*args, **kwargs):
+        sent_by_send_task.append(kwargs["task_id"])
+        return real_send_task(*args, **kwargs)
+
+    monkeypatch.setattr(app, "send_task", counting_send_task)
     first, second = [message(1), message(2)], [message(3)]
 
     with caplog.at_level("WARNING", logger="django_cluster_cron.scheduler"):
