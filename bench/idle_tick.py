@@ -1,75 +1,139 @@
-"""Cost of an idle scheduler tick (no job due) as the number of jobs grows.
+"""Idle tick: N jobs, none due: the time and the cost of one scheduler tick, ours vs the peers.
 
-    .venv/bin/python bench/idle_tick.py                 # N = 100 and 10,000
-    .venv/bin/python bench/idle_tick.py --sizes 100 10000 100000
+    .venv/bin/python bench/idle_tick.py [--sizes 100 1000 10000 100000] [--reps 50] [--quick]
+        [--json PATH]
 
-For each N: creates N jobs none of which is due, lets a leader take the lease, then times
-`Scheduler.step()` (median of --repeat ticks) and counts its SQL queries. Prints the ratio of
-each size's time to the smallest size's. Target (DESIGN §7): constant queries, time at
-N=100,000 within 2x of N=100.
+For each N and each system: create N equal jobs none of which is due (``0 * 1 1 *``), start the
+scheduler (timed: DatabaseScheduler reads the whole schedule here), run one tick to settle, count
+the SQL queries (and for redbeat the Redis commands) of one tick, then time ``--reps`` ticks.
+Ours is ``Scheduler.step()`` as leader; DatabaseScheduler is one pass of celery beat's loop
+(``tick()`` + its sync check); redbeat is ``RedBeatScheduler.tick()`` holding its lock.
+Target (DESIGN §7): constant queries, ours at the largest N within 2x of N=100.
 """
 
 from __future__ import annotations
 
-import argparse
-import statistics
 import time
-from datetime import timedelta
+from collections.abc import Callable
+from typing import Any
 
+import _peers as peers
 from _env import boot
+from _report import Report, parser, sizes_and_reps
 
-from django_cluster_cron.testing import NoWait
+DESCRIPTION = (
+    "N jobs with the same cron (0 * 1 1 *: hour field '*', not due during the run). "
+    "'set-up' is creating the N jobs (bulk insert for ours and DatabaseScheduler, one "
+    "RedBeatSchedulerEntry.save() each for redbeat, its API); 'start-up' is building the "
+    "scheduler and its first tick (DatabaseScheduler reads every job here). Then one tick: ours "
+    "= Scheduler.step() as leader; DatabaseScheduler = tick() + sync check of celery beat's "
+    "loop; redbeat = tick() holding its lock. Queries are SQL statements seen by an execute "
+    "wrapper; redbeat's cost is Redis commands (server's total_commands_processed). Time is the "
+    "median of --reps ticks."
+)
+
+
+def measure(
+    report: Report,
+    system: str,
+    n: int,
+    reps: int,
+    setup: Callable[[], float],
+    build: Callable[[], Any],
+    tick: Callable[[Any], Any],
+    close: Callable[[Any], None],
+) -> float:
+    from django_cluster_cron.querycount import count_queries
+
+    report.row(system, n, "set-up: create N jobs", "s", [setup()])
+    started = time.perf_counter()
+    scheduler = build()
+    tick(scheduler)  # lease / initial read / heap
+    report.row(system, n, "start-up: build + first tick", "s", [time.perf_counter() - started])
+    try:
+        before = peers.redis_commands()
+        with count_queries() as log:
+            tick(scheduler)
+        commands = peers.redis_commands() - before - 1  # less the second INFO itself
+        report.row(system, n, "SQL queries per idle tick", "queries", [len(log)])
+        report.row(system, n, "Redis commands per idle tick", "count", [commands])
+        timings = []
+        for _ in range(reps):
+            started = time.perf_counter()
+            tick(scheduler)
+            timings.append((time.perf_counter() - started) * 1000)
+    finally:
+        close(scheduler)
+    return report.row(system, n, "idle tick time", "ms", timings)["median"]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[100, 10_000])
-    parser.add_argument("--repeat", type=int, default=200)
-    args = parser.parse_args()
+    args = parser(__doc__ or "", reps=50).parse_args()
+    sizes, reps = sizes_and_reps(args)
+    reps = max(reps, 5)  # a tick is short: always time several
     boot()
-
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-    from django.utils import timezone
-
-    from django_cluster_cron.models import JobDefinition
-    from django_cluster_cron.scheduler import build_scheduler
-
-    rows = []
-    created = 0
-    now = timezone.now()
-    for size in sorted(args.sizes):
-        JobDefinition.objects.bulk_create(
-            (
-                JobDefinition(
-                    name=f"idle-{i}",
-                    cron="0 0 1 1 *",
-                    timezone="UTC",
-                    task="tests.add",
-                    last_scheduled_at=now,
-                    next_run_at=now + timedelta(days=365),
-                )
-                for i in range(created, size)
-            ),
-            batch_size=2000,
+    peers.quiet()
+    report = Report("idle_tick", "Idle tick: N jobs, none due", DESCRIPTION)
+    medians: dict[tuple[str, int], float] = {}
+    for n in sizes:
+        medians["ours", n] = measure(
+            report,
+            "ours",
+            n,
+            reps,
+            lambda n=n: peers.setup_ours(n, peers.IDLE),
+            lambda n=n: peers.build_ours(f"idle-{n}"),
+            lambda s: s.step(),
+            lambda s: s.shutdown(),
         )
-        created = size
-        scheduler = build_scheduler(node_id=f"bench-{size}", sleeper=NoWait())
-        scheduler.step()  # take the lease, first outbox sweep
-        with CaptureQueriesContext(connection) as queries:
-            scheduler.step()
-        timings = []
-        for _ in range(args.repeat):
-            started = time.perf_counter()
-            scheduler.step()
-            timings.append(time.perf_counter() - started)
-        scheduler.shutdown()
-        rows.append((size, len(queries), statistics.median(timings)))
+        peers.clear_ours()
+        medians["django-celery-beat", n] = measure(
+            report,
+            "django-celery-beat",
+            n,
+            reps,
+            lambda n=n: peers.setup_beat(n, peers.IDLE),
+            peers.build_beat,
+            peers.beat_step,
+            peers.close_scheduler,
+        )
+        peers.clear_beat()
+        medians["celery-redbeat", n] = measure(
+            report,
+            "celery-redbeat",
+            n,
+            reps,
+            lambda n=n: peers.setup_redbeat(n, peers.IDLE),
+            peers.build_redbeat,
+            lambda s: s.tick(),
+            peers.close_scheduler,
+        )
+        peers.clear_redbeat()
+        for peer in ("django-celery-beat", "celery-redbeat"):
+            report.ratio(
+                f"{peer} / ours, idle tick time, N={n:,}", medians[peer, n] / medians["ours", n]
+            )
 
-    base = rows[0][2]
-    print(f"{'jobs':>9} {'queries/tick':>13} {'median tick':>12} {'vs smallest':>12}")
-    for size, count, median in rows:
-        print(f"{size:>9,} {count:>13} {median * 1000:>10.3f}ms {median / base:>11.2f}x")
+    small, large = sizes[0], sizes[-1]
+    for system in ("ours", "django-celery-beat", "celery-redbeat"):
+        report.ratio(
+            f"{system}: tick time N={large:,} / N={small:,}",
+            medians[system, large] / medians[system, small],
+        )
+    queries = {report.find("ours", "SQL queries per idle tick", n)["median"] for n in sizes}  # type: ignore[index]
+    report.target(
+        "Idle tick: constant SQL queries per tick",
+        len(queries) == 1,
+        f"{', '.join(f'{q:g}' for q in sorted(queries))} per tick at N="
+        + ", ".join(f"{n:,}" for n in sizes),
+    )
+    growth = medians["ours", large] / medians["ours", small]
+    report.target(
+        f"Idle tick: time at N={large:,} within 2x of N={small:,}",
+        growth <= 2.0,
+        f"{growth:.2f}x ({medians['ours', small]:.3f} ms -> {medians['ours', large]:.3f} ms)",
+    )
+    report.write(args.json)
 
 
 if __name__ == "__main__":

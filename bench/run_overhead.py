@@ -1,30 +1,46 @@
 """Per-run overhead of the worker side: claim + heartbeat thread + record, in milliseconds.
 
-    .venv/bin/python bench/run_overhead.py [--runs 500]
-    DATABASE_URL=postgres://postgres@127.0.0.1:5432/test .venv/bin/python bench/run_overhead.py
+    .venv/bin/python bench/run_overhead.py [--runs 500] [--reps 3] [--quick] [--json PATH]
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/bench .venv/bin/python bench/run_overhead.py
 
 Runs the same trivial task (``tests.add``) two ways in one process, through Celery's ``apply``
-(no broker, so only our code differs): bare, and wrapped by ``django_cluster_cron.execute_run``
-for a recorded run (claim UPDATE, SELECT, heartbeat thread start/stop, final UPDATE). Prints the
-median of each and the difference: the overhead a run pays for exactly-once and the ledger.
+(no broker, so only our code differs): bare, as a peer's message runs it (django-celery-beat and
+celery-redbeat publish the task itself: no claim, no ledger), and wrapped by
+``django_cluster_cron.execute_run`` for a recorded run (claim UPDATE, SELECT, heartbeat thread
+start/stop, final UPDATE: what exactly-once and the run history cost). Each repetition times
+--runs runs of each, interleaved; the table gives the median per run (and p95) over a
+repetition, then the median/min/max over repetitions. SQLite always; PostgreSQL too when
+DATABASE_URL names one (each backend in its own process).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import logging
+import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from datetime import timedelta
+from pathlib import Path
+from typing import Any
 
-from _env import boot
+from _procs import row, write_json
+
+HERE = Path(__file__).resolve()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=500)
-    args = parser.parse_args()
+def measure(runs: int, reps: int) -> dict[str, list[float]]:
+    """In a child process whose database is set: per repetition, medians and p95 in ms."""
+    from _env import boot
+
     boot()
-
+    # The suite's settings log each finished run at INFO to stderr; the bare task logs nothing
+    # here, so keep the comparison to the claim and the record.
+    logging.getLogger("django_cluster_cron").setLevel(logging.WARNING)
     from django.utils import timezone
 
     from django_cluster_cron.models import JobDefinition, JobRun, RunTrigger
@@ -39,35 +55,100 @@ def main() -> None:
         args=[1, 2],
         enabled=False,
     )
+    out: dict[str, list[float]] = {"bare": [], "ours": [], "ours_p95": [], "bare_p95": []}
     start = timezone.now().replace(microsecond=0)
-    runs = JobRun.objects.bulk_create(
-        JobRun(
-            job=job,
-            scheduled_for=start + timedelta(seconds=i),
-            task_id=job.task_id_for(start + timedelta(seconds=i)),
-            trigger=RunTrigger.MANUAL,
-            status="queued",
+    for rep in range(reps):
+        slots = [start + timedelta(seconds=rep * runs + i) for i in range(runs)]
+        JobRun.objects.bulk_create(
+            JobRun(
+                job=job,
+                scheduled_for=slot,
+                task_id=job.task_id_for(slot),
+                trigger=RunTrigger.MANUAL,
+                status="queued",
+            )
+            for slot in slots
         )
-        for i in range(args.runs)
+        runs_now = list(JobRun.objects.filter(job=job, status="queued").order_by("pk"))
+        bare, wrapped = [], []
+        for run in runs_now:
+            started = time.perf_counter()
+            add.apply(args=[1, 2])
+            bare.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            execute_run.apply(args=[run.pk, 1], task_id=run.task_id)
+            wrapped.append(time.perf_counter() - started)
+        done = JobRun.objects.filter(job=job, status="success").count()
+        if done != (rep + 1) * runs:
+            raise SystemExit(f"expected {(rep + 1) * runs} successful runs, found {done}")
+        out["bare"].append(statistics.median(bare) * 1000)
+        out["ours"].append(statistics.median(wrapped) * 1000)
+        out["bare_p95"].append(statistics.quantiles(bare, n=20)[-1] * 1000)
+        out["ours_p95"].append(statistics.quantiles(wrapped, n=20)[-1] * 1000)
+    return out
+
+
+def backends() -> list[tuple[str, dict[str, str]]]:
+    env = dict(os.environ)
+    env.pop("DATABASE_URL", None)  # _env.boot() then makes a fresh SQLite file
+    found = [("SQLite", env)]
+    url = os.environ.get("DATABASE_URL", "")
+    if url.startswith(("postgres://", "postgresql://")):
+        found.append(("PostgreSQL", dict(os.environ)))
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="*", help="ignored: the cost is per run")
+    parser.add_argument("--runs", type=int, default=500, help="runs per repetition")
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="CI smoke run (seconds)")
+    parser.add_argument("--json", help="write the results here (see bench/README.md)")
+    parser.add_argument("--child", help=argparse.SUPPRESS)  # internal: one backend, to a file
+    args = parser.parse_args()
+    if args.runs < 20 or args.reps < 1:
+        parser.error("--runs must be >= 20 (for a p95) and --reps >= 1")
+    if args.child:
+        Path(args.child).write_text(json.dumps(measure(args.runs, args.reps)))
+        return
+    if args.quick:
+        args.runs, args.reps = 100, 1
+
+    rows: list[dict[str, Any]] = []
+    ratios: list[dict[str, Any]] = []
+    print(f"{args.runs} runs x {args.reps} reps, task tests.add through Celery's apply()")
+    print(f"{'database':<11} {'bare task':>10} {'execute_run':>12} {'p95':>8} {'overhead':>9}")
+    for name, env in backends():
+        with tempfile.NamedTemporaryFile(suffix=".json") as out:
+            cmd = [sys.executable, str(HERE), "--child", out.name]
+            cmd += ["--runs", str(args.runs), "--reps", str(args.reps)]
+            subprocess.run(cmd, env=env, check=True)
+            result = json.loads(Path(out.name).read_text())
+        overhead = [o - b for o, b in zip(result["ours"], result["bare"], strict=True)]
+        bare_note = "what a peer's message runs: the task alone, no claim, no ledger"
+        rows += [
+            row("celery (bare task)", name, None, "per-run time", "ms", result["bare"], bare_note),
+            row("celery (bare task)", name, None, "per-run time, p95", "ms", result["bare_p95"]),
+            row("ours", name, None, "per-run time (execute_run)", "ms", result["ours"]),
+            row("ours", name, None, "per-run time (execute_run), p95", "ms", result["ours_p95"]),
+            row("ours", name, None, "overhead per run (ours - bare)", "ms", overhead),
+        ]
+        b, o = statistics.median(result["bare"]), statistics.median(result["ours"])
+        ratios.append({"label": f"ours / bare task, {name}", "value": o / b, "note": ""})
+        p95, extra = statistics.median(result["ours_p95"]), statistics.median(overhead)
+        print(f"{name:<11} {b:>8.3f}ms {o:>10.3f}ms {p95:>6.2f}ms {extra:>7.3f}ms")
+    write_json(
+        args.json,
+        {
+            "workload": "run_overhead",
+            "title": "Worker overhead: claim + record per run vs a bare Celery task",
+            "description": " ".join(__doc__.split("\n\n")[1].split()),
+            "rows": rows,
+            "ratios": ratios,
+            "targets": [],
+        },
     )
-    runs = list(JobRun.objects.filter(job=job).order_by("pk"))
-
-    bare, wrapped = [], []
-    for run in runs:
-        started = time.perf_counter()
-        add.apply(args=[1, 2])
-        bare.append(time.perf_counter() - started)
-        started = time.perf_counter()
-        execute_run.apply(args=[run.pk, 1], task_id=run.task_id)
-        wrapped.append(time.perf_counter() - started)
-    assert JobRun.objects.filter(job=job, status="success").count() == args.runs
-
-    b, w = statistics.median(bare) * 1000, statistics.median(wrapped) * 1000
-    p95 = statistics.quantiles(wrapped, n=20)[-1] * 1000
-    print(f"{args.runs} runs, task tests.add through Celery's apply()")
-    print(f"bare task           median {b:7.3f} ms")
-    print(f"execute_run (ours)  median {w:7.3f} ms   p95 {p95:7.3f} ms")
-    print(f"overhead per run    median {w - b:7.3f} ms")
 
 
 if __name__ == "__main__":
