@@ -200,7 +200,12 @@ def _cell(row: dict[str, Any]) -> str:
         text = fmt(row["median"])
     else:
         text = f"{fmt(row['median'])} ({fmt(row['min'])}..{fmt(row['max'])})"
-    return text + (f" ⚠ {row['note']}" if row.get("note") else "")
+    note = str(row.get("note") or "")
+    if not note:
+        return text
+    # Only a bounded figure gets the warning sign; other notes are plain context.
+    partial = any(word in note for word in ("capped", "lower bound", "upper bound", "not run"))
+    return f"{text} {'⚠ ' if partial else '— '}{note}"
 
 
 def table(data: dict[str, Any]) -> list[str]:
