@@ -211,11 +211,8 @@ class Duplicates:
         return rows
 
 
-def redbeat_default_uncapped(
-    env: dict[str, str], watch: BrokerWatch, client: redis.Redis, path: str | None
-) -> None:
-    """The real thing once per signal: redbeat as shipped, wait until the standby sends."""
-    from _peerapp import app
+def save_failover_entry(app: Any) -> None:
+    """redbeat's every-second entry that both failover measurements watch."""
     from redbeat import RedBeatSchedulerEntry
 
     RedBeatSchedulerEntry(
@@ -226,6 +223,15 @@ def redbeat_default_uncapped(
         app=app,
         last_run_at=app.now(),
     ).save()
+
+
+def redbeat_default_uncapped(
+    env: dict[str, str], watch: BrokerWatch, client: redis.Redis, path: str | None
+) -> None:
+    """The real thing once per signal: redbeat as shipped, wait until the standby sends."""
+    from _peerapp import app
+
+    save_failover_entry(app)
     client.delete("redbeat::lock")
 
     def start(name: str) -> Any:
@@ -275,7 +281,6 @@ def main() -> None:
     client = redis.Redis.from_url(url)
 
     from _peerapp import app
-    from redbeat import RedBeatSchedulerEntry
 
     from django_cluster_cron.models import JobDefinition, JobRun
 
@@ -289,15 +294,7 @@ def main() -> None:
 
     app.conf.update({"redbeat_key_prefix": "redbeat:"})
     app.__dict__.pop("redbeat_conf", None)
-    entry = RedBeatSchedulerEntry(
-        "failover-tick",
-        "tests.echo",
-        timedelta(seconds=1),
-        args=["redbeat-failover"],
-        app=app,
-        last_run_at=app.now(),
-    )
-    entry.save()
+    save_failover_entry(app)
     redbeat: dict[str, dict[str, float]] = {}
     default_cause = (
         f"as shipped the lock lives {REDBEAT_DEFAULT_LOCK} s after SIGKILL and a standby retries "
