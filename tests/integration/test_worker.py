@@ -15,6 +15,7 @@ import uuid
 from datetime import timedelta
 
 import pytest
+from django.db.models import Min
 from django.utils import timezone
 
 from django_cluster_cron import signals
@@ -46,7 +47,10 @@ def make_job(task="tests.record", args=None, kwargs=None, **fields):
 
 
 def make_run(job, status=RunStatus.QUEUED):
-    slot = timezone.now().replace(microsecond=0) - timedelta(seconds=JobRun.objects.count() + 1)
+    # One second before the job's earliest run: unique per job whatever the clock does between
+    # two calls (now-minus-count collided when a second boundary fell between them).
+    earliest = JobRun.objects.filter(job=job).aggregate(first=Min("scheduled_for"))["first"]
+    slot = (earliest or timezone.now().replace(microsecond=0)) - timedelta(seconds=1)
     return JobRun.objects.create(
         job=job,
         scheduled_for=slot,
