@@ -213,21 +213,17 @@ class BatchSender:
             )
 
     def _route(self, options: dict[str, Any], args: list[Any]) -> dict[str, Any]:
-        if self.router.routes:  # user routers may look at the message: ask for each one
+        # The route depends only on queue and priority unless user routers (which may look at
+        # the message) or other options are involved: then ask the router for each message.
+        if self.router.routes or not set(options) <= {"queue", "priority"}:
             routed: dict[str, Any] = self.router.route(
                 options, EXECUTE_TASK, args, None, self.task_type
             )
             return routed
-        if not set(options) <= {"queue", "priority"}:
-            routed = self.router.route(options, EXECUTE_TASK, args, None, self.task_type)
-            return routed
         key = (options.get("queue"), options.get("priority"))
-        cached = self.routes.get(key)
-        if cached is None:
-            cached = self.routes[key] = self.router.route(
-                options, EXECUTE_TASK, args, None, self.task_type
-            )
-        return dict(cached)
+        if key not in self.routes:
+            self.routes[key] = self.router.route(options, EXECUTE_TASK, args, None, self.task_type)
+        return dict(self.routes[key])
 
     def _argsrepr(self, args: list[Any]) -> str:
         if all(type(arg) is int for arg in args):
