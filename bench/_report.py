@@ -127,7 +127,7 @@ PACKAGES = [
     "redis",
     "django-celery-beat",
     "celery-redbeat",
-    "croniter",
+    "cronsim",
     "psycopg",
 ]
 

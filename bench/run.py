@@ -27,7 +27,16 @@ from _report import environment, render
 
 BENCH = Path(__file__).resolve().parent
 RESULTS = BENCH / "results"
-WORKLOADS = ["idle_tick", "burst", "latency", "change", "failover", "memory", "run_overhead"]
+WORKLOADS = [
+    "idle_tick",
+    "burst",
+    "latency",
+    "change",
+    "failover",
+    "memory",
+    "run_overhead",
+    "cron_speed",
+]
 WORKLOAD_TIMEOUT = 3 * 3600  # a stuck workload must not hang the whole run
 
 

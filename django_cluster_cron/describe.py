@@ -1,30 +1,31 @@
 """Cron expressions in words, for the admin ("At 02:30 AM, Monday through Friday").
 
-Uses the cron-descriptor library after translating our dialect to its conventions (a seconds
-field goes first there, last here; "last Friday" is ``5L`` there, ``L5`` here).
+Uses the cron-descriptor library on the expression as our dialect reads it — rewritten from its
+value sets (:meth:`~django_cluster_cron.core.dialect.CronFields.canonical`), so that library's
+own reading of a spelling (``2-2``, ``*/100``, a list mixing ``#`` and ranges) never shows — and
+in its conventions (a seconds field goes first there, last here).
 """
 
 from __future__ import annotations
 
 import functools
-import re
 
-from .core.cron import normalize
+from .core.dialect import parse
 from .core.errors import ScheduleError
-
-_LAST_WEEKDAY = re.compile(r"\bl([0-7a-z]{1,3})\b")
 
 
 @functools.lru_cache(maxsize=2048)
 def describe(expression: str) -> str:
     """A human description; the expression itself if it cannot be described."""
     try:
-        fields = list(normalize(expression))
+        canonical = parse(expression).canonical()
     except ScheduleError:
         return expression
+    if canonical is None:  # day fields that no rewriting keeps: show it as written
+        return expression
+    fields = canonical.split()
     if len(fields) == 6:
         fields = [fields[5], *fields[:5]]
-    fields[-1] = _LAST_WEEKDAY.sub(lambda m: f"{m.group(1)}L", fields[-1])
     try:
         from cron_descriptor import Options, get_description
 

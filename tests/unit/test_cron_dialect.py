@@ -76,14 +76,20 @@ def test_last_day_of_february_follows_leap_years():
         ("* * * 13 *", "month field: '13' — 13 is out of range 1-12"),
         ("* * * * 8", "day-of-week field: '8' — 8 is out of range 0-7"),
         ("* * * * * 60", "second field: '60'"),
-        ("*/0 * * * *", "step 0 must be 1-59"),
+        ("*/0 * * * *", "minute field: '*/0' — the step after / must be 1 or more"),
         ("0 22-2 * * *", "runs backwards"),
         ("1,,2 * * * *", "empty list item"),
         ("0 0 ? * *", "Use * instead of ?"),
         ("0 0 15W * *", "(W) is not supported"),
-        ("0 0 * * 5L", "L is allowed"),
+        ("0 0 * * L", "L is allowed alone in day-of-month"),
+        ("0 0 L/2 * *", "without ranges or steps"),
+        ("0 0 * * 5L-6", "without ranges or steps"),
         ("0 0 * * 5#6", "week number after # must be 1-5"),
-        ("0 0 1 * 5#2", "need day-of-month '*'"),
+        ("0 0 * * 1#2/2", "'#' is allowed in day-of-week only"),
+        ("0 0 * * fri-sun", "Sunday is also 7, so write 5-7"),
+        ("0 0 * * h", "Hashed values (H) are not supported"),
+        ("0 0 * * 1#0", "week number after # must be 1-5"),
+        ("1 1 */100 * MON#4", "never fires"),
         ("0 0 * FOO *", "'FOO' — 'foo' is not a number or a name"),
         ("a b c d e", "minute field: 'a' is not valid cron syntax"),
         ("@reboot", "not a time schedule"),
@@ -156,3 +162,61 @@ def test_schedule_module_imports_without_django_settings_or_celery():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+def days(cron: str, count: int, after: datetime = START) -> list[str]:
+    return [f"{t:%Y-%m-%d %a %H:%M}" for t in fire_times(cron, "UTC", after, count)]
+
+
+# 2024-01-01 was a Monday.
+@pytest.mark.parametrize(
+    ("cron", "expected"),
+    [
+        # An equal range is its one value (croniter read ``a-a`` as the whole field).
+        ("30 2-2 * * *", ["2024-01-01 Mon 02:30", "2024-01-02 Tue 02:30"]),
+        ("0 0 * * sun-sun", ["2024-01-07 Sun 00:00", "2024-01-14 Sun 00:00"]),
+        ("0 0 1 jan-jan *", ["2025-01-01 Wed 00:00", "2026-01-01 Thu 00:00"]),
+        ("5-5 * * * *", ["2024-01-01 Mon 00:05", "2024-01-01 Mon 01:05"]),
+        ("0-0/1 * * * *", ["2024-01-01 Mon 01:00", "2024-01-01 Mon 02:00"]),
+        # A list is the union of its items, whatever their kinds.
+        ("0 0 * * 0-6,sat#3", ["2024-01-02 Tue 00:00", "2024-01-03 Wed 00:00"]),
+        ("0 0 * * 0-6,L5", ["2024-01-02 Tue 00:00", "2024-01-03 Wed 00:00"]),
+        ("0 0 * * 1-5,L5", ["2024-01-02 Tue 00:00", "2024-01-03 Wed 00:00"]),
+        (
+            "0 0 * * 1,2,3#1",
+            ["2024-01-02 Tue 00:00", "2024-01-03 Wed 00:00", "2024-01-08 Mon 00:00"],
+        ),
+        # A step larger than its field gives the start value alone (Vixie cron): with 1-7 and the
+        # AND rule (the field starts with *), the first Monday of each month.
+        ("1 1 */100,1-7 * MON", ["2024-01-01 Mon 01:01", "2024-02-05 Mon 01:01"]),
+        ("*/100 * * * *", ["2024-01-01 Mon 01:00", "2024-01-01 Mon 02:00"]),
+        ("0 0 31/40 * *", ["2024-01-31 Wed 00:00", "2024-03-31 Sun 00:00"]),
+        # Day-of-week steps run over 0-7 as written, 7 being Sunday (Vixie cron, cronsim).
+        ("0 0 * * 7/2", ["2024-01-07 Sun 00:00", "2024-01-14 Sun 00:00"]),
+        ("0 0 * * 6/1", ["2024-01-06 Sat 00:00", "2024-01-07 Sun 00:00", "2024-01-13 Sat 00:00"]),
+        (
+            "0 0 * * 5/1",
+            ["2024-01-05 Fri 00:00", "2024-01-06 Sat 00:00", "2024-01-07 Sun 00:00"],
+        ),
+        ("0 0 * * */2", ["2024-01-02 Tue 00:00", "2024-01-04 Thu 00:00", "2024-01-06 Sat 00:00"]),
+        ("0 0 * * 1-7/3", ["2024-01-04 Thu 00:00", "2024-01-07 Sun 00:00", "2024-01-08 Mon 00:00"]),
+        # Last weekday of the month, either spelling, and with a restricted day-of-month (OR).
+        ("0 0 * * 5L", ["2024-01-26 Fri 00:00", "2024-02-23 Fri 00:00"]),
+        ("0 0 * * L5", ["2024-01-26 Fri 00:00", "2024-02-23 Fri 00:00"]),
+        ("0 0 * * friL", ["2024-01-26 Fri 00:00", "2024-02-23 Fri 00:00"]),
+        ("0 0 * * 7L", ["2024-01-28 Sun 00:00", "2024-02-25 Sun 00:00"]),
+        ("0 0 15 * 5L", ["2024-01-15 Mon 00:00", "2024-01-26 Fri 00:00", "2024-02-15 Thu 00:00"]),
+        ("0 0 1 * 5#2", ["2024-01-12 Fri 00:00", "2024-02-01 Thu 00:00", "2024-02-09 Fri 00:00"]),
+        ("0 0 L,15 2 *", ["2024-02-15 Thu 00:00", "2024-02-29 Thu 00:00"]),
+    ],
+)
+def test_every_spelling_fires_as_the_dialect_says(cron, expected):
+    assert days(cron, len(expected)) == expected
+
+
+def test_the_two_spellings_of_last_weekday_and_names_and_numbers_are_the_same_schedule():
+    after = datetime(2020, 1, 1, tzinfo=UTC)
+    for a, b in [("0 0 * * 5L", "0 0 * * L5"), ("0 0 * * fri#2", "0 0 * * 5#2")]:
+        assert fire_times(a, "Europe/Berlin", after, 40) == fire_times(
+            b, "Europe/Berlin", after, 40
+        )
