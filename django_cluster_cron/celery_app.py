@@ -39,7 +39,8 @@ def get_celery_app() -> Celery:
 
 
 def registered_task_names(app: Celery | None = None) -> list[str]:
-    """Names of the tasks a job may use: registered in the app, not Celery's own ``celery.*``.
+    """Names of the tasks a job may use: registered in the app, neither Celery's own
+    (``celery.*``) nor this app's (``django_cluster_cron.*``).
 
     Like a worker, first imports the modules the app autodiscovers (``tasks.py`` of installed
     apps), so a web process sees the same tasks a worker does.
@@ -51,6 +52,8 @@ def registered_task_names(app: Celery | None = None) -> list[str]:
             if key not in _imported:
                 app.loader.import_default_modules()
                 _imported.add(key)
+    from .validation import private_task_reason
+
     return sorted(
-        name for name in app.tasks if not name.startswith("celery.") and not name.startswith("_")
+        name for name in app.tasks if not name.startswith("_") and not private_task_reason(name)
     )

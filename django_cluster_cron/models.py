@@ -267,6 +267,9 @@ class JobDefinition(models.Model):
             self.schedule  # noqa: B018 (parses cron and zone)
         except (ScheduleError, ValueError) as exc:
             return str(exc)
+        private = validation.private_task_reason(self.task)
+        if private:
+            return private
         if self.overlap_policy not in OverlapPolicy.values:
             return f"unknown overlap policy {self.overlap_policy!r}"
         if not isinstance(self.args, list):

@@ -13,8 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 from celery import shared_task
+from celery.signals import task_revoked
 
-from .worker import execute
+from .worker import execute, on_revoked
 
 
 # acks_late + reject_on_worker_lost: a message whose worker process died before it could claim the
@@ -32,3 +33,15 @@ def execute_run(self: Any, run_id: Any = None, attempt: Any = 1, *extra: Any, **
     # Forged or corrupted messages (wrong arity, strings, None) are rejected inside, with a log
     # line, instead of failing in Celery's argument binding.
     execute(self, run_id, attempt if not (extra or named) else None)
+
+
+@task_revoked.connect
+def _record_revoked(sender: Any = None, request: Any = None, **info: Any) -> None:
+    """A revoked or expired ``execute_run`` message: say so in the run's row (see on_revoked)."""
+    if getattr(sender, "name", None) == execute_run.name and request is not None:
+        on_revoked(
+            request,
+            terminated=bool(info.get("terminated")),
+            signum=info.get("signum"),
+            expired=bool(info.get("expired")),
+        )

@@ -42,8 +42,28 @@ def clean_timezone(value: str) -> None:
         raise _raise(exc) from None
 
 
+# Tasks no job may schedule, with why. The app's own ``execute_run`` is what runs a job: a job
+# that scheduled it would call it without a run to execute, and nothing would run.
+PRIVATE_TASK_PREFIXES = {
+    "celery.": "one of Celery's internal tasks",
+    "django_cluster_cron.": (
+        "one of django-cluster-cron's own tasks (it executes the runs of jobs; a job cannot "
+        "schedule it)"
+    ),
+}
+
+
+def private_task_reason(name: str) -> str | None:
+    """Why ``name`` may not be a job's task (Celery's or this app's own), or None."""
+    for prefix, reason in PRIVATE_TASK_PREFIXES.items():
+        if name.startswith(prefix):
+            return f"{name!r} is {reason} and cannot be scheduled."
+    return None
+
+
 def clean_task_name(value: str) -> None:
-    """A registered Celery task of the configured app, not Celery's own, allowed by the list."""
+    """A registered Celery task of the configured app, not Celery's or this app's own, allowed
+    by the list."""
     if not isinstance(value, str) or not value.strip():
         raise ValidationError("Task name is empty.", code="invalid_task")
     if len(value) > 200 or not _TASK_NAME.match(value):
@@ -52,11 +72,9 @@ def clean_task_name(value: str) -> None:
             "'billing.tasks.send_invoices').",
             code="invalid_task",
         )
-    if value.startswith("celery."):
-        raise ValidationError(
-            f"{value!r} is one of Celery's internal tasks and cannot be scheduled.",
-            code="private_task",
-        )
+    private = private_task_reason(value)
+    if private:
+        raise ValidationError(private, code="private_task")
     if not app_settings.task_allowed(value):
         raise ValidationError(
             f"Task {value!r} is not in CLUSTER_CRON['TASK_ALLOWLIST'].", code="task_not_allowed"

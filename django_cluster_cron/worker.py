@@ -12,32 +12,44 @@
 3. **Run** — the job's registered task is called in-process with the job's args and kwargs while a
    heartbeat thread stamps ``heartbeat_at``; the leader declares a run whose heartbeat stops
    *lost* (see :meth:`django_cluster_cron.store.RunStore.recover_lost`).
-4. **Record** — success with a short result and duration; or, on an exception, either the next
-   attempt (same run, ``attempt + 1``, status ``retrying``, re-published with a countdown of
-   exponential backoff with jitter) or, after the last attempt, ``failed`` with the error and
-   traceback. Every final write is conditional on the run still being ``running`` at this attempt,
-   so a late finish after the run was declared lost changes nothing.
+4. **Record** — ``success`` with a short result and duration only when the body returned; on an
+   exception either the next attempt (same run, ``attempt + 1``, status ``retrying``,
+   re-published with a countdown of exponential backoff with jitter) or, after the last attempt,
+   ``failed`` with the error and traceback. A body that raised Celery's ``Ignore`` is recorded
+   ``skipped``, one that raised ``Reject`` ``failed`` (retried only if it asked to be requeued).
+   Every final write is conditional on the run still being ``running`` at this attempt, so a late
+   finish after the run was declared lost changes nothing.
+
+What the ledger never does: record a finished status for a message it rejected (malformed or
+forged: the row stays as it was), or ``success`` for a body that did not return. Messages Celery
+discards before they run (revoked, expired) are recorded by :func:`on_revoked`. Timestamps other
+hosts compare with slots (``started_at``, ``heartbeat_at``, ``finished_at``, ``retry_at``) are the
+database's time, so a worker whose clock is off cannot make a live run look lost.
 """
 
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import functools
 import logging
 import os
 import socket
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
+from celery.exceptions import Ignore, Reject, SoftTimeLimitExceeded
 from django.db import InterfaceError, OperationalError, connection
 from django.utils import timezone
 
 from . import signals
 from .conf import app_settings
 from .core.retry import retry_delay
+from .dbtime import DbNow
 from .locks import ClusterLock, LockUnavailable
 from .models import JobDefinition, JobRun, RunStatus
 
@@ -69,7 +81,48 @@ class SkipRun(Exception):
     """The overlap policy refused this run at execution time."""
 
 
+class CalledDirectly(RuntimeError):
+    """``execute_run`` was called as a function (a job scheduling it), not delivered by Celery."""
+
+
+class RunTimer:
+    """Database time for a run's timestamps, whatever the worker's own clock says.
+
+    The claim stamps ``started_at`` with the database's clock; from then on "now" in database
+    time is that start plus the time this process measured since (a monotonic clock), so a
+    worker whose clock is off still writes retry times the leader compares correctly.
+    """
+
+    def __init__(self, started_at: datetime) -> None:
+        self.started_at = started_at
+        self._start = time.monotonic()
+
+    def elapsed(self) -> timedelta:
+        return timedelta(seconds=time.monotonic() - self._start)
+
+    def now(self) -> datetime:
+        return self.started_at + self.elapsed()
+
+
+@dataclasses.dataclass
+class Outcome:
+    """How a claimed run ended, decided before anything is written."""
+
+    kind: str  # "success", "failure" (retried if attempts remain), "final" (failed), "skipped"
+    result: Any = None
+    error: BaseException | None = None
+    trace: str = ""
+    reason: str = ""
+
+
 def execute(task: Any, run_id: object, attempt: object) -> None:
+    if getattr(task.request, "called_directly", False):
+        # A job whose task is execute_run itself would call it here with the job's arguments:
+        # fail that job's run loudly instead of "succeeding" without running anything.
+        raise CalledDirectly(
+            "django_cluster_cron.execute_run runs a run the scheduler recorded and is delivered "
+            "by Celery; it cannot be called as a function or scheduled as a job's task."
+        )
     if not _is_id(run_id) or not _is_id(attempt):
         # Not a message the scheduler sends (a forged or corrupted one): acknowledge, ignore.
         logger.warning(
@@ -80,43 +133,94 @@ def execute(task: Any, run_id: object, attempt: object) -> None:
         return
     assert isinstance(run_id, int)
     assert isinstance(attempt, int)
-    started = timezone.now()
-    run = _with_fresh_connection(lambda: claim(run_id, task.request.id, attempt, started))
+    run = _with_fresh_connection(lambda: claim(run_id, task.request.id, attempt))
     if run is None:
         count_duplicate(run_id, task.request.id)
         return
+    timer = RunTimer(run.started_at or timezone.now())
+    try:
+        outcome = _run_claimed(task, run)
+    except Exception as exc:
+        # Escaped before the body ran (e.g. the soft time limit while waiting for the overlap
+        # lock): the run failed; it did not succeed.
+        outcome = Outcome("failure", error=exc, trace=traceback.format_exc())
+    except BaseException as exc:  # the worker is shutting down, or the body called sys.exit
+        outcome = Outcome("failure", error=exc, trace=traceback.format_exc())
+        _record(task, run, timer, outcome)
+        raise
+    _record(task, run, timer, outcome)
+
+
+def _run_claimed(task: Any, run: JobRun) -> Outcome:
+    """Guard, then call the job's task; say how it ended. Writes only a ``skipped`` refusal."""
     job = run.job
     problem = job.runtime_problem()
     if problem is not None:
-        _finish(run, started, status=RunStatus.FAILED, error=f"invalid job definition: {problem}")
         logger.error("run.invalid_job run=%s job=%s: %s", run.pk, job.pk, problem)
-        signals.send(signals.run_failed, run, error=None)
-        return
+        return Outcome("final", reason=f"invalid job definition: {problem}")
+    body = task.app.tasks.get(job.task)
+    if body is None:
+        error = LookupError(f"task {job.task!r} is not registered on worker {worker_name()}")
+        return Outcome("failure", error=error, trace="")
     try:
         gate = _overlap_gate(job, run)
     except SkipRun as refusal:
-        _skip(run, str(refusal))
-        return
+        return Outcome("skipped", reason=str(refusal))
     except LockUnavailable as exc:
-        _after_failure(task, run, started, exc, f"overlap lock unavailable: {exc}")
-        return
+        return Outcome("failure", error=exc, trace=f"overlap lock unavailable: {exc}")
     signals.send(signals.run_started, run)
-    heartbeat = RunHeartbeat(run.pk, attempt)
+    heartbeat = RunHeartbeat(run.pk, run.attempt)
     heartbeat.start()
     token = _current_run.set(run)
     try:
-        result = task.app.tasks[job.task](*job.args, **job.kwargs)
+        try:
+            result = body(*job.args, **job.kwargs)
+        finally:
+            heartbeat.stop()
+    except Ignore as exc:
+        # The task chose not to do its work (Celery's Ignore, also raised by Task.replace).
+        return Outcome("skipped", reason=f"the task raised Ignore: {exc}".rstrip(": "))
+    except Reject as exc:
+        # Reject(requeue=True) asks to be tried again later: an ordinary failure, retried by
+        # the job's policy. Without requeue the task refuses the work: failed, no retry.
+        if getattr(exc, "requeue", False):
+            return Outcome("failure", error=exc, trace=traceback.format_exc())
+        return Outcome("final", error=exc, trace=traceback.format_exc())
     except Exception as exc:
-        heartbeat.stop()
-        record = functools.partial(_after_failure, task, run, started, exc, traceback.format_exc())
-        _with_fresh_connection(record)
-    else:
-        heartbeat.stop()
-        _with_fresh_connection(lambda: _succeed(run, started, result))
+        return Outcome("failure", error=exc, trace=traceback.format_exc())
     finally:
         _current_run.reset(token)
         if gate is not None:
-            gate.release()
+            _release_quietly(gate)
+    return Outcome("success", result=result)
+
+
+def _record(task: Any, run: JobRun, timer: RunTimer, outcome: Outcome) -> None:
+    """Write the outcome (reconnecting once if the connection broke). A soft time limit that
+    fires while this writes does not change what happened: the write is made again."""
+    record = functools.partial(_record_once, task, run, timer, outcome)
+    try:
+        _with_fresh_connection(record)
+    except SoftTimeLimitExceeded:
+        _with_fresh_connection(record)
+
+
+def _record_once(task: Any, run: JobRun, timer: RunTimer, outcome: Outcome) -> None:
+    if outcome.kind == "success":
+        _succeed(run, timer, outcome.result)
+    elif outcome.kind == "skipped":
+        _skip(run, timer, outcome.reason)
+    elif outcome.kind == "final":
+        _fail(run, timer, outcome)
+    else:
+        _after_failure(task, run, timer, outcome)
+
+
+def _release_quietly(gate: ClusterLock) -> None:
+    try:
+        gate.release()
+    except Exception as exc:  # it expires with its TTL; the run's outcome is what matters
+        logger.warning("run.overlap_release_failed lock=%s error=%s", gate.name, exc)
 
 
 T = TypeVar("T")
@@ -138,13 +242,14 @@ def _is_id(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**63
 
 
-def claim(run_id: int, task_id: str, attempt: int, now: datetime) -> JobRun | None:
+def claim(run_id: int, task_id: str, attempt: int) -> JobRun | None:
+    """Take the run for this delivery (one delivery can win); stamps are database time."""
     claimed = JobRun.objects.filter(
         pk=run_id, task_id=task_id, attempt=attempt, status__in=CLAIMABLE
     ).update(
         status=RunStatus.RUNNING,
-        started_at=now,
-        heartbeat_at=now,
+        started_at=DbNow(),
+        heartbeat_at=DbNow(),
         worker=worker_name(),
         finished_at=None,
         duration=None,
@@ -202,95 +307,149 @@ def _overlap_gate(job: JobDefinition, run: JobRun) -> ClusterLock | None:
         waiter.release()
 
 
-def _skip(run: JobRun, reason: str) -> None:
-    now = timezone.now()
-    JobRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING, attempt=run.attempt).update(
-        status=RunStatus.SKIPPED, reason=reason[:255], finished_at=now
-    )
-    run.status, run.reason = RunStatus.SKIPPED, reason
-    logger.info("run.skipped run=%s job=%s reason=%s", run.pk, run.job_id, reason)
-    signals.send(signals.run_skipped, run, reason=reason)
-
-
 # -- recording -------------------------------------------------------------------------------
 
 
-def _finish(run: JobRun, started: datetime, **fields: Any) -> bool:
-    finished = timezone.now()
-    fields.setdefault("finished_at", finished)
-    fields.setdefault("duration", finished - started)
+def _finish(run: JobRun, timer: RunTimer, **fields: Any) -> bool:
+    """Write a final state if the run is still ``running`` at this attempt; True if written.
+
+    ``finished_at`` is the database's time; ``duration`` what this process measured.
+    """
+    duration = timer.elapsed()
+    fields.setdefault("duration", duration)
     updated = JobRun.objects.filter(
         pk=run.pk, status=RunStatus.RUNNING, attempt=run.attempt
-    ).update(**fields)
+    ).update(finished_at=DbNow(), **fields)
     for name, value in fields.items():
         setattr(run, name, value)
+    run.finished_at = timer.started_at + duration
     return bool(updated)
 
 
-def _succeed(run: JobRun, started: datetime, result: Any) -> None:
-    if _finish(run, started, status=RunStatus.SUCCESS, result=_short(result), error=""):
+def _skip(run: JobRun, timer: RunTimer, reason: str) -> None:
+    if _finish(run, timer, status=RunStatus.SKIPPED, reason=reason[:255]):
+        logger.info("run.skipped run=%s job=%s reason=%s", run.pk, run.job_id, reason)
+        signals.send(signals.run_skipped, run, reason=reason)
+
+
+def _succeed(run: JobRun, timer: RunTimer, result: Any) -> None:
+    if _finish(run, timer, status=RunStatus.SUCCESS, result=_short(result), error=""):
         logger.info("run.succeeded run=%s job=%s attempt=%s", run.pk, run.job_id, run.attempt)
         signals.send(signals.run_succeeded, run, result=result)
     else:
         logger.warning("run.finished_late run=%s: it was declared lost meanwhile", run.pk)
 
 
-def _after_failure(
-    task: Any, run: JobRun, started: datetime, exc: BaseException, trace: str
-) -> None:
+def _error_text(outcome: Outcome) -> str:
+    if outcome.error is None:
+        return outcome.reason[:10_000]
+    return f"{type(outcome.error).__name__}: {outcome.error}"[:10_000]
+
+
+def _fail(run: JobRun, timer: RunTimer, outcome: Outcome) -> None:
+    """The run failed and is not retried (the last attempt, or a failure no retry can fix)."""
+    error = _error_text(outcome)
+    if _finish(run, timer, status=RunStatus.FAILED, error=error, traceback=outcome.trace[:50_000]):
+        logger.warning(
+            "run.failed run=%s job=%s attempt=%s error=%s", run.pk, run.job_id, run.attempt, error
+        )
+        signals.send(signals.run_failed, run, error=outcome.error)
+
+
+def _after_failure(task: Any, run: JobRun, timer: RunTimer, outcome: Outcome) -> None:
     job = run.job
-    error = f"{type(exc).__name__}: {exc}"[:10_000]
-    if run.attempt <= job.max_retries:
-        delay = retry_delay(run.attempt, base=job.retry_backoff, cap=job.retry_backoff_max)
-        retry_at = timezone.now() + timedelta(seconds=delay)
-        failed_attempt = run.attempt
-        if not _finish(
-            run,
-            started,
-            status=RunStatus.RETRYING,
-            attempt=run.attempt + 1,
-            retry_at=retry_at,
-            # Until the retry message is confirmed sent, the outbox treats it as unsent.
-            republish_at=retry_at,
-            error=error,
-            traceback=trace[:50_000],
-        ):
-            return
-        logger.warning(
-            "run.retrying run=%s job=%s failed_attempt=%s delay=%.2fs error=%s",
-            run.pk,
-            job.pk,
-            failed_attempt,
-            delay,
-            error,
-        )
-        signals.send(signals.run_retrying, run, error=exc, delay=delay)
-        _publish_retry(task, run, retry_at)
+    if run.attempt > job.max_retries:
+        _fail(run, timer, outcome)
         return
-    if _finish(run, started, status=RunStatus.FAILED, error=error, traceback=trace[:50_000]):
-        logger.warning(
-            "run.failed run=%s job=%s attempt=%s error=%s", run.pk, job.pk, run.attempt, error
-        )
-        signals.send(signals.run_failed, run, error=exc)
+    error = _error_text(outcome)
+    delay = retry_delay(run.attempt, base=job.retry_backoff, cap=job.retry_backoff_max)
+    # Compared by the leader with the database's clock: computed in database time.
+    retry_at = timer.now() + timedelta(seconds=delay)
+    failed_attempt = run.attempt
+    if not _finish(
+        run,
+        timer,
+        status=RunStatus.RETRYING,
+        attempt=run.attempt + 1,
+        retry_at=retry_at,
+        # Until the retry message is confirmed sent, the outbox treats it as unsent.
+        republish_at=retry_at,
+        error=error,
+        traceback=outcome.trace[:50_000],
+    ):
+        return
+    logger.warning(
+        "run.retrying run=%s job=%s failed_attempt=%s delay=%.2fs error=%s",
+        run.pk,
+        job.pk,
+        failed_attempt,
+        delay,
+        error,
+    )
+    signals.send(signals.run_retrying, run, error=outcome.error, delay=delay)
+    # The message's ETA is read by the worker that receives it, against its own clock.
+    _publish_retry(task, run, eta=timezone.now() + timedelta(seconds=delay), db_now=timer.now())
 
 
-def _publish_retry(task: Any, run: JobRun, retry_at: datetime) -> None:
+def _publish_retry(task: Any, run: JobRun, *, eta: datetime, db_now: datetime) -> None:
     from .dispatch import CeleryDispatcher, PublishFailed
     from .store import OutboxMessage, RunStore
 
-    message = OutboxMessage.for_run(run, eta=retry_at)
+    message = OutboxMessage.for_run(run, eta=eta)
     try:
         CeleryDispatcher(task.app).publish([message])
     except PublishFailed as exc:
         # The run stays 'retrying'; the leader's outbox sweep publishes it once overdue.
         logger.error("run.retry_publish_failed run=%s error=%s", run.pk, exc.cause)
         return
-    RunStore().mark_published([message], now=timezone.now())
+    # The re-publish deadline counts from the retry time in database time, like the leader's.
+    RunStore().mark_published([dataclasses.replace(message, eta=run.retry_at)], now=db_now)
 
 
 def _short(result: Any) -> str:
     text = repr(result)
     return text if len(text) <= RESULT_LIMIT else text[: RESULT_LIMIT - 1] + "…"
+
+
+# -- runs Celery discarded ----------------------------------------------------------------------
+
+
+def on_revoked(request: Any, terminated: bool, signum: Any, expired: bool) -> None:
+    """Celery's ``task_revoked`` for an ``execute_run`` message: record why the run did not run.
+
+    An expired message (the job's ``expires``) makes the run ``missed``; a revoke before it
+    started, or one that terminated it while running, makes it ``cancelled``. Each write is
+    conditional on the run still being in the state that message could have moved it from, so
+    a copy revoked after another copy ran changes nothing.
+    """
+    args = list(getattr(request, "args", None) or ())
+    run_id = args[0] if args else None
+    attempt = args[1] if len(args) > 1 else 1
+    task_id = getattr(request, "id", None)
+    if not (_is_id(run_id) and _is_id(attempt) and task_id):
+        return
+    runs = JobRun.objects.filter(pk=run_id, task_id=task_id, attempt=attempt)
+    if terminated:
+        reason = f"terminated while running: revoked in Celery (signal {signum})"
+        fields: dict[str, Any] = {"status": RunStatus.CANCELLED, "error": reason}
+        runs = runs.filter(status=RunStatus.RUNNING)
+    elif expired:
+        reason = "its message expired before a worker took it (the job's expires option)"
+        fields = {"status": RunStatus.MISSED}
+        runs = runs.filter(status__in=CLAIMABLE)
+    else:
+        reason = "revoked in Celery before it started"
+        fields = {"status": RunStatus.CANCELLED}
+        runs = runs.filter(status__in=CLAIMABLE)
+    try:
+        updated = _with_fresh_connection(
+            lambda: runs.update(reason=reason[:255], finished_at=DbNow(), **fields)
+        )
+    except Exception as exc:  # the message is gone either way; the outbox may send it again
+        logger.error("run.revoke_not_recorded run=%s error=%s", run_id, exc)
+        return
+    if updated:
+        logger.warning("run.revoked run=%s task_id=%s status=%s", run_id, task_id, fields["status"])
 
 
 class RunHeartbeat:
@@ -318,7 +477,7 @@ class RunHeartbeat:
                 try:
                     JobRun.objects.filter(
                         pk=self.run_id, status=RunStatus.RUNNING, attempt=self.attempt
-                    ).update(heartbeat_at=timezone.now())
+                    ).update(heartbeat_at=DbNow())
                 except Exception as exc:  # the database may be briefly away: try next beat
                     logger.warning("run.heartbeat_failed run=%s error=%s", self.run_id, exc)
                     # A broken connection stays broken in this thread (nothing else recycles

@@ -73,7 +73,10 @@ def _task_choices(current: str | None) -> list[tuple[str, str]]:
     choices = [(n, n) for n in names if app_settings.task_allowed(n)]
     if current and current not in dict(choices):
         # Keep an unknown stored value visible; the model's clean() explains what is wrong.
-        choices.insert(0, (current, f"{current} (not registered)"))
+        from ..validation import private_task_reason
+
+        why = "not allowed" if private_task_reason(current) else "not registered"
+        choices.insert(0, (current, f"{current} ({why})"))
     return [("", "---------"), *choices]
 
 

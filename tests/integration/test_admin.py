@@ -62,6 +62,7 @@ def test_a_valid_job_is_created_with_its_next_run(admin_client):
         ("timezone", "Atlantis/Capital", "Unknown time zone"),
         ("task", "tests.missing", "not registered"),
         ("task", "celery.chord_unlock", "Celery's internal tasks"),
+        ("task", "django_cluster_cron.execute_run", "django-cluster-cron's own tasks"),
         ("args", '{"a": 1}', "must be a JSON list"),
         ("args", "[1, 2", "Enter a valid JSON"),
         ("kwargs", "[]", "must be a JSON object"),

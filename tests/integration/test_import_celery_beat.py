@@ -30,6 +30,7 @@ def beat():
     beat_task("bad cron", crontab=CrontabSchedule.objects.create(minute="61", hour="*"))
     beat_task("once", crontab=nightly, one_off=True)
     beat_task("celery.backend_cleanup", task="celery.backend_cleanup", crontab=nightly)
+    beat_task("ours", task="django_cluster_cron.execute_run", crontab=nightly)
 
 
 def run(*args):
@@ -47,13 +48,14 @@ def test_a_dry_run_lists_what_it_would_create_and_why_it_skips_the_rest(beat):
     assert "skip    bad cron: not valid here: cron: minute field: '61'" in out
     assert "skip    once: one-off task" in out
     assert "skip    celery.backend_cleanup: Celery's own maintenance task" in out
-    assert "Would create 2 job(s); skipped 5." in out
+    assert "skip    ours: 'django_cluster_cron.execute_run' is one of django-cluster-cron's" in out
+    assert "Would create 2 job(s); skipped 6." in out
     assert not JobDefinition.objects.exists()
 
 
 def test_apply_creates_validated_jobs_and_can_disable_the_beat_originals(beat):
     out = run("--apply", "--disable-imported")
-    assert "Created 2 job(s); skipped 5." in out
+    assert "Created 2 job(s); skipped 6." in out
     job = JobDefinition.objects.get(name="nightly report")
     assert (job.cron, job.timezone, job.task, job.args) == (
         "30 2 * * 1-5",

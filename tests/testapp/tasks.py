@@ -86,3 +86,37 @@ def cut_own_connection() -> None:
 
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+
+
+@shared_task(name="tests.ignore")
+def ignore() -> None:
+    from celery.exceptions import Ignore
+
+    raise Ignore("nothing to do this time")
+
+
+@shared_task(name="tests.reject")
+def reject(requeue: bool = False) -> None:
+    from celery.exceptions import Reject
+
+    raise Reject("refusing this input", requeue=requeue)
+
+
+@shared_task(name="tests.retry_self", bind=True)
+def retry_self(self: Any) -> None:
+    """Ask Celery for a retry from inside the body (called in-process: Celery raises)."""
+    raise self.retry(exc=RuntimeError("try again later"), countdown=1)
+
+
+@shared_task(name="tests.soft_limited")
+def soft_limited(label: str, seconds: float, catch: bool = False) -> str:
+    """Sleep past the job's soft time limit; with ``catch``, clean up and return normally."""
+    from celery.exceptions import SoftTimeLimitExceeded
+
+    try:
+        _witness(label, seconds)
+    except SoftTimeLimitExceeded:
+        if not catch:
+            raise
+        return "cleaned up after the soft time limit"
+    return "finished in time"

@@ -18,6 +18,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
 from django_cluster_cron.models import JobDefinition
+from django_cluster_cron.validation import private_task_reason
 
 
 def _interval_cron(period: str, every: int) -> str | None:
@@ -97,6 +98,9 @@ class Command(BaseCommand):
         name = task.name
         if task.task.startswith("celery."):
             return Mapping(name, None, "Celery's own maintenance task; not imported")
+        private = private_task_reason(task.task)
+        if private:
+            return Mapping(name, None, private)
         if task.one_off:
             return Mapping(name, None, "one-off task: use Run now or a backfill instead")
         note = ""

@@ -1,0 +1,249 @@
+"""The ledger says what ran: no finished status for a body that did not run to completion.
+
+A job may not schedule the app's own task; malformed and forged messages leave the row as it was;
+a body that raised Celery's Ignore or Reject, called ``self.retry()``, or hit its soft time limit
+is recorded as what happened; messages Celery discarded (revoked, expired, terminated) say so.
+In-process cases go through Celery's ``apply``; the time-limit and revoke cases need real
+prefork worker processes.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from django_cluster_cron import signals
+from django_cluster_cron.celery_app import registered_task_names
+from django_cluster_cron.models import JobDefinition, JobRun, RunStatus
+from django_cluster_cron.store import RunStore
+from django_cluster_cron.tasks import execute_run
+from django_cluster_cron.worker import CalledDirectly
+from tests.integration.cluster import wait_for
+from tests.integration.test_worker import apply, make_job, make_run, publish
+from tests.testapp.celery import app
+from tests.testapp.models import Execution
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def unchanged(run: JobRun) -> bool:
+    fresh = JobRun.objects.get(pk=run.pk)
+    return (fresh.status, fresh.started_at, fresh.finished_at, fresh.worker, fresh.attempt) == (
+        run.status,
+        run.started_at,
+        run.finished_at,
+        run.worker,
+        run.attempt,
+    )
+
+
+# -- the app's own tasks are not a job's task ---------------------------------------------------
+
+
+def test_the_task_choices_offer_neither_celerys_nor_the_apps_own_tasks():
+    names = registered_task_names(app)
+    assert "tests.add" in names
+    assert not [n for n in names if n.startswith(("celery.", "django_cluster_cron."))]
+
+
+def test_a_job_row_that_names_the_apps_own_task_is_parked_by_the_scheduler():
+    job = JobDefinition(
+        name="names-our-task", cron="* * * * * *", timezone="UTC", task="tests.add", args=[1, 2]
+    )
+    job.full_clean()
+    job.save()
+    JobDefinition.objects.filter(pk=job.pk).update(task="django_cluster_cron.execute_run")
+    job.refresh_from_db()
+    assert "django-cluster-cron's own tasks" in (job.runtime_problem() or "")
+    store = RunStore()
+    epoch = store.claim_leadership("node", "token", timezone.now())
+    batch = store.schedule_due(
+        now=timezone.now() + timedelta(seconds=2), epoch=epoch, node_id="node", limit=10
+    )
+    assert [job_id for job_id, _ in batch.invalid] == [job.pk]
+    assert not JobRun.objects.filter(job=job).exists()
+
+
+def test_a_run_of_a_job_that_names_the_apps_own_task_fails_and_never_says_success():
+    """The reported defect: every such run was recorded 'success' while nothing ran."""
+    job = make_job(args=[])
+    JobDefinition.objects.filter(pk=job.pk).update(task="django_cluster_cron.execute_run")
+    run = apply(make_run(job))
+    assert run.status == RunStatus.FAILED
+    assert "django-cluster-cron's own tasks" in run.error
+
+
+def test_execute_run_called_as_a_function_raises_instead_of_returning():
+    with pytest.raises(CalledDirectly, match="cannot be called as a function"):
+        execute_run(1, 1)
+
+
+# -- messages that are not the scheduler's leave the row as it was ------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs"),
+    [
+        (("1", 1), {}),
+        ((None, 1), {}),
+        ((1.0, 1), {}),
+        ((True, 1), {}),
+        ((-1, 1), {}),
+        ((2**63, 1), {}),
+        (("RUN", "1"), {}),
+        (("RUN", 0), {}),
+        (("RUN", 1, "extra"), {}),
+        (("RUN", 1), {"surprise": True}),
+        ((), {}),
+    ],
+)
+def test_a_malformed_message_leaves_the_run_as_it_was(args, kwargs, caplog):
+    job = make_job(args=["malformed"])
+    run = make_run(job)
+    args = tuple(run.pk if a == "RUN" else a for a in args)
+    execute_run.apply(args=args, kwargs=kwargs, task_id=run.task_id)
+    assert unchanged(run)
+    assert not Execution.objects.filter(label="malformed").exists()
+    assert "run.rejected_message" in caplog.text
+
+
+# -- bodies that did not complete -----------------------------------------------------------------
+
+
+@pytest.fixture
+def received():
+    events = []
+
+    def receiver(signal, sender, run, **extra):
+        events.append(signal)
+
+    hooked = [signals.run_succeeded, signals.run_failed, signals.run_retrying, signals.run_skipped]
+    for s in hooked:
+        s.connect(receiver, weak=False)
+    yield events
+    for s in hooked:
+        s.disconnect(receiver)
+
+
+def test_a_body_that_raised_ignore_is_skipped_not_succeeded_and_not_retried(received):
+    run = apply(make_run(make_job(task="tests.ignore", max_retries=3)))
+    assert run.status == RunStatus.SKIPPED
+    assert run.reason == "the task raised Ignore: nothing to do this time"
+    assert run.attempt == 1
+    assert run.finished_at is not None
+    assert received == [signals.run_skipped]
+
+
+def test_a_body_that_rejected_its_work_fails_without_retries(received):
+    run = apply(make_run(make_job(task="tests.reject", max_retries=3)))
+    assert run.status == RunStatus.FAILED
+    assert run.attempt == 1
+    assert "Reject" in run.error
+    assert received == [signals.run_failed]
+
+
+def test_a_reject_that_asks_to_be_requeued_is_retried_by_the_jobs_policy(received):
+    job = make_job(task="tests.reject", kwargs={"requeue": True}, max_retries=2, retry_backoff=60)
+    run = apply(make_run(job))
+    assert run.status == RunStatus.RETRYING
+    assert run.attempt == 2
+    assert received == [signals.run_retrying]
+
+
+def test_a_body_that_called_self_retry_is_retrying_under_the_jobs_policy(received):
+    job = make_job(task="tests.retry_self", max_retries=1, retry_backoff=60)
+    run = apply(make_run(job))
+    assert run.status == RunStatus.RETRYING
+    assert "try again later" in run.error
+    run = apply(run, attempt=2)
+    assert run.status == RunStatus.FAILED
+    assert received == [signals.run_retrying, signals.run_failed]
+
+
+# -- real worker processes: time limits and revokes ------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_body_stopped_by_its_soft_time_limit_fails_and_one_that_handles_it_succeeds(cluster):
+    cluster.worker("w1", concurrency=2)  # time limits need the prefork pool
+    cluster.wait_ready("w1")
+    stopped = make_run(
+        make_job(task="tests.soft_limited", args=["soft-stopped", 10], soft_time_limit=1)
+    )
+    handled = make_run(
+        make_job(
+            task="tests.soft_limited",
+            kwargs={"label": "soft-handled", "seconds": 10, "catch": True},
+            soft_time_limit=1,
+        )
+    )
+    publish(stopped)
+    publish(handled)
+    stopped = wait_for(
+        lambda: JobRun.objects.filter(pk=stopped.pk, status=RunStatus.FAILED).first(),
+        30,
+        "the stopped body's run to fail",
+    )
+    assert "SoftTimeLimitExceeded" in stopped.error
+    assert stopped.duration < timedelta(seconds=8)
+    handled = wait_for(
+        lambda: JobRun.objects.filter(pk=handled.pk, status=RunStatus.SUCCESS).first(),
+        30,
+        "the handling body's run to succeed",
+    )
+    assert handled.result == repr("cleaned up after the soft time limit")
+    for label in ("soft-stopped", "soft-handled"):
+        # The witness row was written before the limit, and never finished: the body stopped.
+        assert Execution.objects.get(label=label).finished_at is None
+
+
+@pytest.mark.slow
+def test_messages_celery_discards_say_why_in_the_ledger(cluster):
+    cluster.worker("w1", concurrency=2)
+    cluster.wait_ready("w1")
+    job = make_job(args=["discarded"])
+    revoked = make_run(job)
+    app.control.revoke(revoked.task_id)
+    time.sleep(0.5)  # the broadcast reaches the worker before the message does
+    publish(revoked)
+
+    late = make_job(args=["late"], expires=1)
+    expired = make_run(late)  # its slot lies in the past: slot + 1 s has gone by
+    publish(expired)
+
+    running_job = make_job(task="tests.sleep", args=[30])
+    running = make_run(running_job)
+    publish(running)
+    wait_for(
+        lambda: JobRun.objects.filter(pk=running.pk, status=RunStatus.RUNNING).exists(),
+        30,
+        "the long run to start",
+    )
+    app.control.revoke(running.task_id, terminate=True)
+
+    revoked = wait_for(
+        lambda: JobRun.objects.filter(pk=revoked.pk, status=RunStatus.CANCELLED).first(),
+        30,
+        "the revoked run to be cancelled",
+    )
+    assert revoked.reason == "revoked in Celery before it started"
+    expired = wait_for(
+        lambda: JobRun.objects.filter(pk=expired.pk, status=RunStatus.MISSED).first(),
+        30,
+        "the expired run to be missed",
+    )
+    assert "expired before a worker took it" in expired.reason
+    running = wait_for(
+        lambda: JobRun.objects.filter(pk=running.pk, status=RunStatus.CANCELLED).first(),
+        30,
+        "the terminated run to be cancelled",
+    )
+    assert "terminated while running" in running.reason
+    assert not Execution.objects.filter(label__in=["discarded", "late"]).exists()
+    # A second copy of the revoked message changes nothing.
+    publish(revoked)
+    time.sleep(1)
+    assert JobRun.objects.get(pk=revoked.pk).status == RunStatus.CANCELLED
