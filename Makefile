@@ -6,9 +6,11 @@ VENV := .venv
 PY := $(VENV)/bin/python
 # Any PostgreSQL database the current user can reach; pytest-django creates test_<name>_<pid>.
 POSTGRES_URL ?= postgres://postgres@127.0.0.1:5432/test
+# Any MySQL 8 / MariaDB 10.11+ server and database (mysqlclient needs libmariadb-dev, pkg-config).
+MYSQL_URL ?= mysql://root@127.0.0.1:3306/test
 DJANGO_ADMIN := DJANGO_SETTINGS_MODULE=tests.settings $(VENV)/bin/django-admin
 
-.PHONY: help bootstrap test test-postgres lint format check chaos demo docs bench release-check clean
+.PHONY: help bootstrap test test-postgres test-mysql lint format check chaos demo docs bench release-check clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -21,6 +23,9 @@ test:  ## run the test suite (SQLite, throwaway Redis; DATABASE_URL/REDIS_URL ov
 
 test-postgres:  ## run the test suite against PostgreSQL (POSTGRES_URL)
 	DATABASE_URL="$(POSTGRES_URL)" bash scripts/test.sh $(PYTEST_ARGS)
+
+test-mysql:  ## run the test suite against MySQL/MariaDB (MYSQL_URL)
+	DATABASE_URL="$(MYSQL_URL)" bash scripts/test.sh $(PYTEST_ARGS)
 
 lint: bootstrap  ## ruff check, ruff format --check, mypy
 	$(VENV)/bin/ruff check .
@@ -37,7 +42,7 @@ check: bootstrap  ## Django system checks and no missing migrations (app and exa
 	$(PY) example_project/manage.py check
 	$(PY) example_project/manage.py makemigrations --check --dry-run
 
-chaos:  ## the chaos suite (PostgreSQL needed): CHAOS_SEED, CHAOS_DURATION (seconds) select the run
+chaos:  ## the chaos suite (PostgreSQL or MariaDB): CHAOS_SEED, CHAOS_DURATION, CHAOS_LEASE select the run
 	$(PY) -m pytest tests/chaos -m chaos -s -p no:cacheprovider
 
 demo:  ## run the example project end to end

@@ -37,8 +37,8 @@ DESCRIPTION = (
 
 def sample_message() -> tuple[str, dict[str, Any], dict[str, Any]]:
     """Body, headers and properties of one message exactly as our dispatcher sends it."""
-    from django_cluster_cron.dispatch import CeleryDispatcher
-    from django_cluster_cron.store import OutboxMessage
+    from django_cluster_cron.scheduler.dispatch import CeleryDispatcher
+    from django_cluster_cron.scheduler.store import OutboxMessage
 
     message = OutboxMessage(
         run_id=123456,
@@ -118,7 +118,11 @@ def burst_peer(n: int, cap: float, build: Any, step: Any) -> tuple[float, bool, 
 
 
 def main() -> None:
-    args = parser(__doc__ or "", reps=3).parse_args()
+    cli = parser(__doc__ or "", reps=3)
+    cli.add_argument(
+        "--ours-only", action="store_true", help="ours and the bare kombu publishes, no peers"
+    )
+    args = cli.parse_args()
     sizes, reps = sizes_and_reps(args)
     cap = args.cap or (20.0 if args.quick else 120.0)
     boot()
@@ -138,6 +142,8 @@ def main() -> None:
             lambda n, c: burst_peer(n, c, peers.build_redbeat, lambda s: s.tick()),
         ),
     }
+    if args.ours_only:
+        systems = {"ours": systems["ours"]}
     capped_at: dict[str, int] = {}
     for n in sizes:
         times: dict[str, list[float]] = {name: [] for name in [*systems, "kombu"]}

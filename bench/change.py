@@ -7,8 +7,9 @@ Each system runs its real loop in a thread (its own sleeps included), with N idl
 users do (ours: ``JobDefinition.save()``, which sends the change signal; DatabaseScheduler:
 ``PeriodicTask.save()``, which bumps its change counter; redbeat: ``RedBeatSchedulerEntry.save()``)
 and measures the time until the loop's next decision reflects the edit, and what that took:
-ours = the first ``next_due_at()`` that returns the job's new next run; DatabaseScheduler = the
-first tick after which its in-memory entry holds the new crontab (it reloads every job);
+ours = the first idle query (``idle_state()``) that returns the job's new next run;
+DatabaseScheduler = the first tick after which its in-memory entry holds the new crontab (it
+reloads every job);
 redbeat = the first tick after the edit (it keeps no schedule in memory: each tick reads Redis).
 Then the edit is undone and awaited the same way before the next repetition.
 """
@@ -28,7 +29,7 @@ DESCRIPTION = (
     "N idle jobs (0 * 1 1 *); one of them is edited to * * * * * while the scheduler's own loop "
     "runs in a thread with its real sleeps (DatabaseScheduler and redbeat: max_interval 5 s; "
     "ours: woken by its change signal). Reaction = from just before the save until the loop's "
-    "next decision reflects it (ours: next_due_at() returns the new next run; "
+    "next decision reflects it (ours: the idle query returns the new next run; "
     "DatabaseScheduler: its entry holds the new crontab after a tick; redbeat: the first tick "
     "after the save, as it reads Redis each tick). Cost = SQL queries and Redis commands the "
     "scheduler ran between the save and that decision, and the duration of the pass that made "
@@ -144,13 +145,14 @@ def run_ours(report: Report, n: int, reps: int, cap: float) -> float | None:
     peers.setup_ours(n, peers.IDLE)
     scheduler = build_scheduler(node_id=f"change-{n}")
     seen: dict[str, Any] = {}
-    original = scheduler.store.next_due_at
+    original = scheduler.store.idle_state
 
-    def next_due_at() -> Any:
-        seen["value"] = original()
-        return seen["value"]
+    def idle_state() -> Any:
+        state = original()
+        seen["value"] = state.next_due if state else None
+        return state
 
-    scheduler.store.next_due_at = next_due_at  # type: ignore[method-assign]
+    scheduler.store.idle_state = idle_state  # type: ignore[method-assign]
 
     def edit(edited: bool) -> Any:
         job = JobDefinition.objects.get(name=TARGET_NAME)

@@ -6,7 +6,8 @@ Failover: two schedulers of one system run an every-second job (ours: cron `* * 
 redbeat: a 1 s interval entry, since celery's crontab has no seconds); once the leader has
 published, its process gets SIGKILL or SIGTERM; the gap is from the signal to the first message
 that lands in the broker from another process (celery's `origin` header names the sender's
-pid). Variants: ours TTL 10 s / poll 1 s (defaults) and TTL 2 s / poll 1 s; redbeat
+pid). Variants: ours TTL 10 s / poll 1 s (defaults) and TTL 2 s / poll 1 s, each with the Redis
+lease and with the database lease (same run, same database and broker); redbeat
 as shipped (lock timeout 5 x beat_max_loop_interval = 1500 s, the standby retries the lock every
 beat_max_loop_interval = 300 s) with the wait capped (a lower bound), and redbeat tuned
 (redbeat_lock_timeout 10 s, beat_max_loop_interval 1 s). DatabaseScheduler has no failover.
@@ -257,37 +258,16 @@ def redbeat_default_uncapped(
     )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="*", help="ignored: failover has no N")
-    parser.add_argument("--reps", type=int, default=3, help="rounds per variant and signal")
-    parser.add_argument("--quick", action="store_true", help="CI smoke run (about 2 minutes)")
-    parser.add_argument("--json", help="write the results here (see bench/README.md)")
-    parser.add_argument("--cap", type=float, default=40.0, help="wait cap for redbeat default")
-    parser.add_argument(
-        "--redbeat-default-only",
-        action="store_true",
-        help="one uncapped round per signal of redbeat as shipped (about 35 min), nothing else",
-    )
-    parser.add_argument("--dup-jobs", type=int, default=10)
-    parser.add_argument("--dup-minutes", type=int, default=3)
-    args = parser.parse_args()
-    if args.quick:
-        args.reps, args.cap, args.dup_minutes = 1, 4.0, 1
-    env = boot()
-    url = os.environ["REDIS_URL"]
-    _procs.clean(url)  # a previous run's peer rows would clash with this one's names
-    watch = BrokerWatch(url).start()
-    client = redis.Redis.from_url(url)
-
-    from _peerapp import app
-
-    from django_cluster_cron.models import JobDefinition, JobRun
-
+def peers_rounds(
+    env: dict[str, str],
+    watch: BrokerWatch,
+    client: Any,
+    app: Any,
+    args: argparse.Namespace,
+    redbeat: dict[str, dict[str, float]],
+) -> list[dict[str, Any]]:
+    """The duplicates window, and redbeat's failover rounds while it runs."""
     rows: list[dict[str, Any]] = []
-    if args.redbeat_default_only:
-        redbeat_default_uncapped(env, watch, client, args.json)
-        return
     print("Duplicates window started; redbeat failover rounds run meanwhile", flush=True)
     dup = Duplicates(env, watch, args.dup_jobs, args.dup_minutes)
     dup.start()
@@ -295,7 +275,6 @@ def main() -> None:
     app.conf.update({"redbeat_key_prefix": "redbeat:"})
     app.__dict__.pop("redbeat_conf", None)
     save_failover_entry(app)
-    redbeat: dict[str, dict[str, float]] = {}
     default_cause = (
         f"as shipped the lock lives {REDBEAT_DEFAULT_LOCK} s after SIGKILL and a standby retries "
         "it every 300 s, so takeover takes 1500-1800 s; after SIGTERM the lock is released but "
@@ -318,6 +297,48 @@ def main() -> None:
         )
         rows += part
     rows += dup.finish()
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="*", help="ignored: failover has no N")
+    parser.add_argument("--reps", type=int, default=3, help="rounds per variant and signal")
+    parser.add_argument("--quick", action="store_true", help="CI smoke run (about 2 minutes)")
+    parser.add_argument("--json", help="write the results here (see bench/README.md)")
+    parser.add_argument("--cap", type=float, default=40.0, help="wait cap for redbeat default")
+    parser.add_argument(
+        "--redbeat-default-only",
+        action="store_true",
+        help="one uncapped round per signal of redbeat as shipped (about 35 min), nothing else",
+    )
+    parser.add_argument(
+        "--ours-only",
+        action="store_true",
+        help="only our failover rounds (both lease backends), no peers and no duplicates window",
+    )
+    parser.add_argument("--dup-jobs", type=int, default=10)
+    parser.add_argument("--dup-minutes", type=int, default=3)
+    args = parser.parse_args()
+    if args.quick:
+        args.reps, args.cap, args.dup_minutes = 1, 4.0, 1
+    env = boot()
+    url = os.environ["REDIS_URL"]
+    _procs.clean(url)  # a previous run's peer rows would clash with this one's names
+    watch = BrokerWatch(url).start()
+    client = redis.Redis.from_url(url)
+
+    from _peerapp import app
+
+    from django_cluster_cron.models import JobDefinition, JobRun
+
+    rows: list[dict[str, Any]] = []
+    if args.redbeat_default_only:
+        redbeat_default_uncapped(env, watch, client, args.json)
+        return
+    redbeat: dict[str, dict[str, float]] = {}
+    if not args.ours_only:
+        rows += peers_rounds(env, watch, client, app, args, redbeat)
     JobRun.objects.all().delete()
     JobDefinition.all_objects.all().delete()
 
@@ -325,11 +346,18 @@ def main() -> None:
         name="failover-tick", cron="* * * * * *", timezone="UTC", task="tests.add", args=[1, 2]
     )
     ours: dict[str, dict[str, float]] = {}
-    ours_variants = [(10.0, 1.0, "TTL 10 s, poll 1 s (default)"), (2.0, 1.0, "TTL 2 s, poll 1 s")]
-    for ttl, poll, variant in ours_variants[1:] if args.quick else ours_variants:
+    ours_variants = [
+        (ttl, 1.0, f"TTL {ttl:g} s, poll 1 s{' (default)' if ttl == 10 else ''}, {lease} lease")
+        for ttl in ((2.0,) if args.quick else (10.0, 2.0))
+        for lease in ("redis", "database")
+    ]
+    for ttl, poll, variant in ours_variants:
+        lease = "database" if "database lease" in variant else "redis"
 
-        def start_ours(name: str, ttl: float = ttl, poll: float = poll) -> Any:
-            return _procs.start_ours(env, name, ttl=ttl, poll=poll)
+        def start_ours(name: str, ttl: float = ttl, poll: float = poll, lease: str = lease) -> Any:
+            return _procs.start_ours(
+                env, name, ttl=ttl, poll=poll, settings={"LEASE_BACKEND": lease}
+            )
 
         target = {"SIGKILL": ttl + 1, "SIGTERM": 2.0}
         part, ours[variant] = failover_rows(
@@ -341,6 +369,17 @@ def main() -> None:
     ratios, targets = [], []
     for variant, medians in ours.items():
         ttl = 10.0 if "10 s" in variant else 2.0
+        if "database lease" in variant:
+            redis_variant = variant.replace("database lease", "redis lease")
+            for how in ("SIGKILL", "SIGTERM"):
+                ratios.append(
+                    {
+                        "label": f"ours, database lease / Redis lease ({variant.split(',')[0]}), "
+                        f"{how}",
+                        "value": medians[how] / ours[redis_variant][how],
+                        "note": "",
+                    }
+                )
         targets.append(
             {
                 "target": f"Failover SIGKILL <= TTL + 1 s ({variant})",

@@ -6,8 +6,9 @@
 For each N and each system: create N equal jobs none of which is due (``0 * 1 1 *``), start the
 scheduler (timed: DatabaseScheduler reads the whole schedule here), run one tick to settle, count
 the SQL queries (and for redbeat the Redis commands) of one tick, then time ``--reps`` ticks.
-Ours is ``Scheduler.step()`` as leader; DatabaseScheduler is one pass of celery beat's loop
-(``tick()`` + its sync check); redbeat is ``RedBeatScheduler.tick()`` holding its lock.
+Ours is ``Scheduler.step()`` as leader, with the Redis lease and with the database lease (whose
+renewal, an UPDATE every TTL/3, lands in some ticks); DatabaseScheduler is one pass of celery
+beat's loop (``tick()`` + its sync check); redbeat is ``RedBeatScheduler.tick()`` holding its lock.
 Target (DESIGN §7): constant queries, ours at the largest N within 2x of N=100.
 """
 
@@ -68,7 +69,9 @@ def measure(
 
 
 def main() -> None:
-    args = parser(__doc__ or "", reps=50).parse_args()
+    cli = parser(__doc__ or "", reps=50)
+    cli.add_argument("--ours-only", action="store_true", help="ours, both lease backends")
+    args = cli.parse_args()
     sizes, reps = sizes_and_reps(args)
     reps = max(reps, 5)  # a tick is short: always time several
     boot()
@@ -87,6 +90,19 @@ def main() -> None:
             lambda s: s.shutdown(),
         )
         peers.clear_ours()
+        medians["ours, database lease", n] = measure(
+            report,
+            "ours, database lease",
+            n,
+            reps,
+            lambda n=n: peers.setup_ours(n, peers.IDLE),
+            lambda n=n: peers.build_ours(f"idle-db-{n}", lease="database"),
+            lambda s: s.step(),
+            lambda s: s.shutdown(),
+        )
+        peers.clear_ours()
+        if args.ours_only:
+            continue
         medians["django-celery-beat", n] = measure(
             report,
             "django-celery-beat",
@@ -115,18 +131,22 @@ def main() -> None:
             )
 
     small, large = sizes[0], sizes[-1]
-    for system in ("ours", "django-celery-beat", "celery-redbeat"):
+    systems = ["ours", "ours, database lease"]
+    if not args.ours_only:
+        systems += ["django-celery-beat", "celery-redbeat"]
+    for system in systems:
         report.ratio(
             f"{system}: tick time N={large:,} / N={small:,}",
             medians[system, large] / medians[system, small],
         )
-    queries = {report.find("ours", "SQL queries per idle tick", n)["median"] for n in sizes}  # type: ignore[index]
-    report.target(
-        "Idle tick: constant SQL queries per tick",
-        len(queries) == 1,
-        f"{', '.join(f'{q:g}' for q in sorted(queries))} per tick at N="
-        + ", ".join(f"{n:,}" for n in sizes),
-    )
+    for system in ("ours", "ours, database lease"):
+        queries = {report.find(system, "SQL queries per idle tick", n)["median"] for n in sizes}  # type: ignore[index]
+        report.target(
+            f"Idle tick: constant SQL queries per tick ({system})",
+            len(queries) == 1,
+            f"{', '.join(f'{q:g}' for q in sorted(queries))} per tick at N="
+            + ", ".join(f"{n:,}" for n in sizes),
+        )
     growth = medians["ours", large] / medians["ours", small]
     report.target(
         f"Idle tick: time at N={large:,} within 2x of N={small:,}",

@@ -36,6 +36,7 @@ WORKLOADS = [
     "memory",
     "run_overhead",
     "cron_speed",
+    "ops_scrape",
 ]
 WORKLOAD_TIMEOUT = 3 * 3600  # a stuck workload must not hang the whole run
 

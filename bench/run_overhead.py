@@ -7,9 +7,11 @@ Runs the same trivial task (``tests.add``) two ways in one process, through Cele
 (no broker, so only our code differs): bare, as a peer's message runs it (django-celery-beat and
 celery-redbeat publish the task itself: no claim, no ledger), and wrapped by
 ``django_cluster_cron.execute_run`` for a recorded run (claim UPDATE, SELECT, heartbeat thread
-start/stop, final UPDATE: what exactly-once and the run history cost). Each repetition times
---runs runs of each, interleaved; the table gives the median per run (and p95) over a
-repetition, then the median/min/max over repetitions. SQLite always; PostgreSQL too when
+start/stop, final UPDATE: what exactly-once and the run history cost), the latter with
+Prometheus metrics off and on (``CLUSTER_CRON["METRICS"]``; on = prometheus_client in the
+multiprocess mode a prefork worker uses). Each repetition times --runs runs of each,
+interleaved; the table gives the median per run (and p95) over a repetition, then the
+median/min/max over repetitions. SQLite always; PostgreSQL too when
 DATABASE_URL names one (each backend in its own process).
 """
 
@@ -37,10 +39,13 @@ def measure(runs: int, reps: int) -> dict[str, list[float]]:
     """In a child process whose database is set: per repetition, medians and p95 in ms."""
     from _env import boot
 
+    # Metrics as a prefork worker keeps them: values in files (before prometheus_client loads).
+    os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="bench-metrics-"))
     boot()
     # The suite's settings log each finished run at INFO to stderr; the bare task logs nothing
     # here, so keep the comparison to the claim and the record.
     logging.getLogger("django_cluster_cron").setLevel(logging.WARNING)
+    from django.conf import settings
     from django.utils import timezone
 
     from django_cluster_cron.models import JobDefinition, JobRun, RunTrigger
@@ -55,10 +60,17 @@ def measure(runs: int, reps: int) -> dict[str, list[float]]:
         args=[1, 2],
         enabled=False,
     )
-    out: dict[str, list[float]] = {"bare": [], "ours": [], "ours_p95": [], "bare_p95": []}
+    out: dict[str, list[float]] = {
+        "bare": [],
+        "ours": [],
+        "ours_p95": [],
+        "bare_p95": [],
+        "metrics": [],
+        "metrics_p95": [],
+    }
     start = timezone.now().replace(microsecond=0)
     for rep in range(reps):
-        slots = [start + timedelta(seconds=rep * runs + i) for i in range(runs)]
+        slots = [start + timedelta(seconds=rep * 2 * runs + i) for i in range(2 * runs)]
         JobRun.objects.bulk_create(
             JobRun(
                 job=job,
@@ -70,21 +82,25 @@ def measure(runs: int, reps: int) -> dict[str, list[float]]:
             for slot in slots
         )
         runs_now = list(JobRun.objects.filter(job=job, status="queued").order_by("pk"))
-        bare, wrapped = [], []
-        for run in runs_now:
+        bare, wrapped, metered = [], [], []
+        for off, on in zip(runs_now[0::2], runs_now[1::2], strict=True):
             started = time.perf_counter()
             add.apply(args=[1, 2])
             bare.append(time.perf_counter() - started)
+            settings.CLUSTER_CRON["METRICS"] = False
             started = time.perf_counter()
-            execute_run.apply(args=[run.pk, 1], task_id=run.task_id)
+            execute_run.apply(args=[off.pk, 1], task_id=off.task_id)
             wrapped.append(time.perf_counter() - started)
+            settings.CLUSTER_CRON["METRICS"] = True
+            started = time.perf_counter()
+            execute_run.apply(args=[on.pk, 1], task_id=on.task_id)
+            metered.append(time.perf_counter() - started)
         done = JobRun.objects.filter(job=job, status="success").count()
-        if done != (rep + 1) * runs:
-            raise SystemExit(f"expected {(rep + 1) * runs} successful runs, found {done}")
-        out["bare"].append(statistics.median(bare) * 1000)
-        out["ours"].append(statistics.median(wrapped) * 1000)
-        out["bare_p95"].append(statistics.quantiles(bare, n=20)[-1] * 1000)
-        out["ours_p95"].append(statistics.quantiles(wrapped, n=20)[-1] * 1000)
+        if done != (rep + 1) * 2 * runs:
+            raise SystemExit(f"expected {(rep + 1) * 2 * runs} successful runs, found {done}")
+        for key, values in (("bare", bare), ("ours", wrapped), ("metrics", metered)):
+            out[key].append(statistics.median(values) * 1000)
+            out[f"{key}_p95"].append(statistics.quantiles(values, n=20)[-1] * 1000)
     return out
 
 
@@ -133,11 +149,32 @@ def main() -> None:
             row("ours", name, None, "per-run time (execute_run)", "ms", result["ours"]),
             row("ours", name, None, "per-run time (execute_run), p95", "ms", result["ours_p95"]),
             row("ours", name, None, "overhead per run (ours - bare)", "ms", overhead),
+            row(
+                "ours, metrics on",
+                name,
+                None,
+                "per-run time (execute_run)",
+                "ms",
+                result["metrics"],
+            ),
+            row(
+                "ours, metrics on",
+                name,
+                None,
+                "metrics' cost per run (on - off)",
+                "ms",
+                [m - o for m, o in zip(result["metrics"], result["ours"], strict=True)],
+            ),
         ]
         b, o = statistics.median(result["bare"]), statistics.median(result["ours"])
+        m = statistics.median(result["metrics"])
         ratios.append({"label": f"ours / bare task, {name}", "value": o / b, "note": ""})
+        ratios.append({"label": f"ours metrics on / off, {name}", "value": m / o, "note": ""})
         p95, extra = statistics.median(result["ours_p95"]), statistics.median(overhead)
-        print(f"{name:<11} {b:>8.3f}ms {o:>10.3f}ms {p95:>6.2f}ms {extra:>7.3f}ms")
+        print(
+            f"{name:<11} {b:>8.3f}ms {o:>10.3f}ms {p95:>6.2f}ms {extra:>7.3f}ms"
+            f"   metrics on: {m:.3f}ms (+{m - o:.3f}ms)"
+        )
     write_json(
         args.json,
         {

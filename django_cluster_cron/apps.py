@@ -1,3 +1,7 @@
+from __future__ import annotations
+
+from typing import Any
+
 from django.apps import AppConfig
 
 
@@ -11,10 +15,35 @@ class ClusterCronConfig(AppConfig):
         from django.db.models.signals import post_delete, post_save
 
         from django_cluster_cron import checks  # noqa: F401  (registers the system checks)
-        from django_cluster_cron.changes import job_changed
         from django_cluster_cron.models import JobDefinition
+        from django_cluster_cron.scheduler.changes import job_changed
 
         post_save.connect(job_changed, sender=JobDefinition, dispatch_uid="cluster_cron_job_saved")
         post_delete.connect(
             job_changed, sender=JobDefinition, dispatch_uid="cluster_cron_job_deleted"
         )
+        from django.db.models.signals import post_migrate
+
+        post_migrate.connect(_sync_after_migrate, sender=self, dispatch_uid="cluster_cron_sync")
+
+
+def _sync_after_migrate(sender: Any, using: str = "default", **kwargs: Any) -> None:
+    """After ``migrate``: the release step, run once per deploy with the new code, is where the
+    jobs declared in code reach the database (``SYNC_JOBS_ON_MIGRATE``)."""
+    import logging
+
+    from django_cluster_cron.conf import app_settings
+    from django_cluster_cron.declared import DeclarationError
+    from django_cluster_cron.declared.sync import sync
+
+    if not app_settings.SYNC_JOBS_ON_MIGRATE or using != "default":
+        return
+    try:
+        result = sync(by="migrate")
+    except DeclarationError as exc:  # `manage.py check` says the same, before migrate runs
+        logging.getLogger("django_cluster_cron.sync").error("sync.invalid %s", exc)
+        return
+    if kwargs.get("verbosity", 1) and (result.applied or result.skipped):
+        for change in result.changes:
+            if change.action != "unchanged":
+                print(f"  cluster-cron: {change.line()}")

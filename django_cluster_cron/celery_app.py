@@ -50,10 +50,33 @@ def registered_task_names(app: Celery | None = None) -> list[str]:
     if key not in _imported:
         with _import_lock:
             if key not in _imported:
-                app.loader.import_default_modules()
+                import_task_modules(app)
                 _imported.add(key)
     from .validation import private_task_reason
 
     return sorted(
         name for name in app.tasks if not name.startswith("_") and not private_task_reason(name)
     )
+
+
+def import_task_modules(app: Celery | None = None) -> None:
+    """Import the task modules a worker would: ``<app>.tasks`` of every installed Django app
+    (Celery's autodiscovery) and the app's ``imports`` and ``include``.
+
+    Not Celery's own ``loader.import_default_modules()``: under Django its fixup runs the system
+    checks from there, and the checks validate jobs, which list the registered tasks: a loop.
+    """
+    import importlib
+    import importlib.util
+
+    from django.apps import apps
+
+    conf = (app or get_celery_app()).conf
+    names = [f"{config.name}.tasks" for config in apps.get_app_configs()]
+    names += [*(conf.imports or ()), *(conf.include or ())]
+    for name in names:
+        try:
+            if importlib.util.find_spec(name) is not None:
+                importlib.import_module(name)
+        except ModuleNotFoundError:  # a parent package that does not exist
+            continue

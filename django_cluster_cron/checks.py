@@ -6,8 +6,11 @@
 | cluster_cron.W001     | ``CLUSTER_CRON`` has a key the app does not know (a typo?)         |
 | cluster_cron.E002     | a setting has a value of the wrong type or range                   |
 | cluster_cron.E003     | ``RENEW_INTERVAL`` is not below half the ``LEASE_TTL``             |
-| cluster_cron.E004     | ``REDIS_ALIAS`` names no entry of ``CACHES``                        |
-| cluster_cron.E005     | the ``REDIS_ALIAS`` cache is not a django-redis cache              |
+| cluster_cron.E004     | Redis lease: ``REDIS_ALIAS`` names no entry of ``CACHES``           |
+| cluster_cron.E005     | Redis lease: the ``REDIS_ALIAS`` cache is not a django-redis cache |
+| cluster_cron.W003     | ``LEASE_BACKEND`` is ``"memory"``: leases exclude one process only |
+| cluster_cron.E008     | a job declared in code cannot be read (unknown key, twice declared) |
+| cluster_cron.E009     | a job declared in code is invalid (the field and the model's words)|
 | cluster_cron.E006     | ``CELERY_APP`` cannot be imported or is not a Celery app           |
 | cluster_cron.W002     | no Celery app is configured (``celery.current_app`` is the default)|
 | cluster_cron.E007     | ``USE_TZ`` is False                                                |
@@ -22,9 +25,9 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.core.exceptions import ImproperlyConfigured
-from django.utils.module_loading import import_string
 
 from .conf import DEFAULTS, SETTINGS_NAME, app_settings
+from .leases import backend_name, is_django_redis_alias
 
 DJANGO_REDIS_BACKEND = "django_redis.cache.RedisCache"
 
@@ -68,10 +71,23 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                     id="cluster_cron.E003",
                 )
             )
-    if "REDIS_ALIAS" not in bad:
-        messages.extend(_check_redis_alias(app_settings.REDIS_ALIAS))
+    if not bad & {"REDIS_ALIAS", "LEASE_BACKEND"}:
+        backend = backend_name()
+        if backend == "redis":
+            messages.extend(_check_redis_alias(app_settings.REDIS_ALIAS))
+        elif backend == "memory":
+            messages.append(
+                Warning(
+                    f"{SETTINGS_NAME}['LEASE_BACKEND'] is 'memory': leases and cluster locks "
+                    "exclude the threads of one process only, not other hosts.",
+                    hint="Meant for tests. Use 'redis' or 'database' anywhere two processes run.",
+                    id="cluster_cron.W003",
+                )
+            )
     if "CELERY_APP" not in bad:
         messages.extend(_check_celery_app())
+        if "JOBS" not in bad and not any(m.id == "cluster_cron.E006" for m in messages):
+            messages.extend(_check_declarations())
     if not settings.USE_TZ:
         messages.append(
             Error(
@@ -89,24 +105,21 @@ def _check_redis_alias(alias: str) -> list[CheckMessage]:
             Error(
                 f"{SETTINGS_NAME}['REDIS_ALIAS'] is {alias!r} but CACHES has no such alias "
                 f"(it has: {', '.join(map(repr, caches)) or 'none'}).",
-                hint="Add a django-redis cache under that alias, or point REDIS_ALIAS at one.",
+                hint="Add a django-redis cache under that alias, point REDIS_ALIAS at one, or "
+                "keep leases in the database: LEASE_BACKEND = 'database'.",
                 id="cluster_cron.E004",
             )
         ]
     backend = caches[alias].get("BACKEND", "")
-    try:
-        backend_class = import_string(backend)
-        base = import_string(DJANGO_REDIS_BACKEND)
-        is_django_redis = isinstance(backend_class, type) and issubclass(backend_class, base)
-    except ImportError:
-        is_django_redis = False
+    is_django_redis = is_django_redis_alias(alias)
     if not is_django_redis:
         return [
             Error(
                 f"CACHES[{alias!r}] uses {backend!r}, which is not a django-redis cache; the "
-                "leader lease needs django_redis.get_redis_connection().",
+                "Redis lease needs django_redis.get_redis_connection().",
                 hint=f"Set its BACKEND to {DJANGO_REDIS_BACKEND!r} (Django's built-in "
-                "RedisCache is a different backend).",
+                "RedisCache is a different backend), or keep leases in the database: "
+                "LEASE_BACKEND = 'database'.",
                 id="cluster_cron.E005",
             )
         ]
@@ -130,3 +143,26 @@ def _check_celery_app() -> list[CheckMessage]:
             )
         ]
     return []
+
+
+def _check_declarations() -> list[CheckMessage]:
+    """Jobs declared in code, validated as the admin validates a job: E008 if one cannot be
+    read, E009 per invalid field, naming the job, where it is declared and the field."""
+    from .declared import DeclarationError, declarations
+
+    try:
+        declared = declarations()
+    except DeclarationError as exc:
+        return [Error(str(exc), id="cluster_cron.E008")]
+    found: list[CheckMessage] = []
+    for declaration in declared:
+        for field_name, problems in sorted(declaration.errors().items()):
+            found.append(
+                Error(
+                    f"Declared job {declaration.name!r} ({declaration.origin}): {field_name}: "
+                    + " ".join(problems),
+                    hint="Fix the declaration; sync_jobs refuses invalid jobs.",
+                    id="cluster_cron.E009",
+                )
+            )
+    return found

@@ -72,6 +72,34 @@ def _choice(*choices: str) -> Callable[[object], str]:
     return check
 
 
+def _bool(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError("True or False")
+    return value
+
+
+def _optional_port(value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
+        raise ValueError("None or a TCP port number (0-65535; 0 picks a free one)")
+    return value
+
+
+def _jobs(value: object) -> dict[str, Any]:
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) and k for k in value):
+        raise ValueError("a dict of job name -> job fields, like CELERY_BEAT_SCHEDULE")
+    return dict(value)
+
+
+def _optional_version(value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError("None or a whole number >= 0 that grows with each release")
+    return value
+
+
 def _patterns(value: object) -> tuple[str, ...] | None:
     if value is None:
         return None
@@ -94,6 +122,12 @@ DEFAULTS: dict[str, Setting] = {
         "default", _text, "Cache alias (django-redis) whose Redis holds the leader lease and locks."
     ),
     "KEY_PREFIX": Setting("cluster_cron", _text, "Prefix of every Redis key the app writes."),
+    "LEASE_BACKEND": Setting(
+        None,
+        lambda v: None if v is None else _choice("redis", "database", "memory")(v),
+        "Where leases live: 'redis', 'database' or 'memory' (one process: tests only). None: "
+        "'redis' if a django-redis cache is configured under REDIS_ALIAS, else 'database'.",
+    ),
     "CELERY_APP": Setting(
         None,
         _optional_text,
@@ -151,6 +185,44 @@ DEFAULTS: dict[str, Setting] = {
         _positive_seconds,
         "A running run with no heartbeat for this long is declared lost (its worker died).",
     ),
+    "JOBS": Setting(
+        {},
+        _jobs,
+        "Jobs declared in settings: name -> {'task', 'schedule', 'args', 'kwargs', 'options', "
+        "other job fields}; synced by sync_jobs and after migrate.",
+    ),
+    "JOBS_VERSION": Setting(
+        None,
+        _optional_version,
+        "A number that grows with each release of your code's job declarations; a sync from "
+        "an older release than the last one applied is skipped (rolling deploys).",
+    ),
+    "SYNC_JOBS_ON_MIGRATE": Setting(
+        True, _bool, "Sync declared jobs to the database after `manage.py migrate`."
+    ),
+    "METRICS": Setting(
+        True,
+        _bool,
+        "Collect Prometheus metrics (needs the metrics extra, prometheus_client); False turns "
+        "every metric into a no-op.",
+    ),
+    "METRICS_JOB_LABEL_LIMIT": Setting(
+        100,
+        _non_negative_int,
+        "Most job names a process labels run durations with; later ones share the label "
+        "'_other'. 0 drops the job label.",
+    ),
+    "WORKER_METRICS_PORT": Setting(
+        None,
+        _optional_port,
+        "Celery workers serve /metrics on this port (all pool processes added up); None: off.",
+    ),
+    "CLOCK_SKEW_WARNING": Setting(
+        1.0,
+        _positive_seconds,
+        "A node whose clock is off the database's by more than this many seconds logs "
+        "clock.skew and shows it on the cluster page (it still dispatches on time).",
+    ),
 }
 
 
@@ -181,6 +253,11 @@ class ClusterCronSettings:
     @property
     def KEY_PREFIX(self) -> str:
         return str(self.get("KEY_PREFIX"))
+
+    @property
+    def LEASE_BACKEND(self) -> str | None:
+        value: str | None = self.get("LEASE_BACKEND")
+        return value
 
     @property
     def CELERY_APP(self) -> str | None:
@@ -253,6 +330,37 @@ class ClusterCronSettings:
     @property
     def RUN_LOST_AFTER(self) -> timedelta:
         return timedelta(seconds=self.get("RUN_LOST_AFTER"))
+
+    @property
+    def JOBS(self) -> dict[str, Any]:
+        value: dict[str, Any] = self.get("JOBS")
+        return value
+
+    @property
+    def JOBS_VERSION(self) -> int | None:
+        value: int | None = self.get("JOBS_VERSION")
+        return value
+
+    @property
+    def SYNC_JOBS_ON_MIGRATE(self) -> bool:
+        return bool(self.get("SYNC_JOBS_ON_MIGRATE"))
+
+    @property
+    def METRICS(self) -> bool:
+        return bool(self.get("METRICS"))
+
+    @property
+    def METRICS_JOB_LABEL_LIMIT(self) -> int:
+        return int(self.get("METRICS_JOB_LABEL_LIMIT"))
+
+    @property
+    def WORKER_METRICS_PORT(self) -> int | None:
+        value: int | None = self.get("WORKER_METRICS_PORT")
+        return value
+
+    @property
+    def CLOCK_SKEW_WARNING(self) -> timedelta:
+        return timedelta(seconds=self.get("CLOCK_SKEW_WARNING"))
 
     def task_allowed(self, name: str) -> bool:
         patterns = self.TASK_ALLOWLIST

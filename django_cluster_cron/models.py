@@ -7,10 +7,10 @@ from collections.abc import Collection
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, cast
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
-from django.db import models
-from django.db.models import Q
+from django.db import models, router, transaction
 from django.utils import timezone
 
 from . import validation
@@ -20,6 +20,8 @@ from .core.catchup import CatchupRules
 from .core.cron import CronSchedule
 from .core.errors import ScheduleError
 from .core.slots import task_id_for
+from .core.timing import SlotTiming
+from .dbtime import database_now
 
 
 class CatchupPolicy(models.TextChoices):
@@ -57,12 +59,16 @@ def parse_schedule(cron: str, tz: str) -> CronSchedule:
     return CronSchedule.parse(cron, tz)
 
 
+LIVE_NAME_TAKEN = "A job with this name already exists."
+MAX_JITTER = 3600  # seconds
+
+
 class JobQuerySet(models.QuerySet["JobDefinition"]):
     def live(self) -> JobQuerySet:
         return cast(JobQuerySet, self.filter(deleted_at__isnull=True))
 
     def due(self, now: datetime) -> JobQuerySet:
-        """Enabled, live jobs whose next slot has come — served by the ``due`` partial index."""
+        """Enabled, live jobs whose next slot has come — served by the ``due`` index."""
         due = self.filter(enabled=True, deleted_at__isnull=True, next_run_at__lte=now)
         return cast(JobQuerySet, due.order_by("next_run_at"))
 
@@ -78,8 +84,20 @@ class LiveJobManager(models.Manager["JobDefinition"]):
 
 
 # The schedule-defining fields: a change to any of them restarts the job's schedule from now.
-SCHEDULE_FIELDS = ("cron", "timezone", "enabled", "deleted_at")
+SCHEDULE_FIELDS = (
+    "cron",
+    "timezone",
+    "enabled",
+    "deleted_at",
+    "start_at",
+    "end_at",
+    "jitter",
+    "max_runs",
+)
 BOOKKEEPING_FIELDS = ("next_run_at", "last_scheduled_at")
+# Written by the scheduler and workers with conditional UPDATEs; a save writes them only when it
+# sets them itself.
+CLUSTER_FIELDS = (*BOOKKEEPING_FIELDS, "scheduled_runs", "consecutive_failures")
 
 
 class JobDefinition(models.Model):
@@ -156,6 +174,43 @@ class JobDefinition(models.Model):
         null=True, blank=True, validators=[MinValueValidator(1)], help_text="Hard limit, seconds."
     )
 
+    # Policies (docs/how-to/policies.md).
+    start_at = models.DateTimeField(
+        null=True, blank=True, help_text="No slot before this instant (empty: from now)."
+    )
+    end_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="No slot after this instant; past it the job is finished.",
+    )
+    max_runs = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="Finish after this many scheduled runs (runs the scheduler dispatched; "
+        "manual runs and backfills do not count). Empty: no limit.",
+    )
+    jitter = models.PositiveIntegerField(
+        default=0,
+        validators=[MaxValueValidator(MAX_JITTER)],
+        help_text="Seconds: each slot is dispatched up to this much after its time, by an offset "
+        "fixed per job and slot, so many jobs on one cron do not all fire at once. The run keeps "
+        "its slot.",
+    )
+    pause_after_failures = models.PositiveSmallIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(1000)],
+        help_text="Pause the job after this many failed runs in a row (retries exhausted). "
+        "Empty: never.",
+    )
+    # How many runs the scheduler dispatched while ``max_runs`` is set (from the ledger when the
+    # limit is set, then counted as it dispatches, so pruning old runs does not reset it).
+    scheduled_runs = models.PositiveIntegerField(default=0, editable=False)
+    # Failed runs in a row (retries exhausted), kept while ``pause_after_failures`` is set; a
+    # success or a resume resets it.
+    consecutive_failures = models.PositiveIntegerField(default=0, editable=False)
+
     # Scheduler bookkeeping. ``last_scheduled_at`` is the watermark: every slot at or before it
     # has been decided (run, missed or skipped). It is set to "now" whenever the schedule
     # (re)starts, so slots before a job existed or while it was paused are never owed.
@@ -165,6 +220,20 @@ class JobDefinition(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     deleted_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # Where the job is defined: "admin" (the admin or the API) or "code" (a declaration synced
+    # by sync_jobs; its code-owned fields are read-only in the admin).
+    source = models.CharField(
+        max_length=8,
+        choices=[("admin", "admin"), ("code", "code")],
+        default="admin",
+        editable=False,
+    )
+    code_origin = models.CharField(
+        max_length=255, blank=True, editable=False, help_text="Where code declares the job."
+    )
+    # 0 while the job is live, its own id once soft-deleted: with the name, one unique constraint
+    # that keeps live names unique on every database (MySQL/MariaDB have no conditional ones).
+    deletion_id = models.BigIntegerField(default=0, editable=False)
 
     objects = LiveJobManager()
     all_objects = JobQuerySet.as_manager()
@@ -183,19 +252,14 @@ class JobDefinition(models.Model):
         ]
         constraints: ClassVar = [
             models.UniqueConstraint(
-                fields=["name"],
-                condition=Q(deleted_at__isnull=True),
-                name="cluster_cron_job_name_unique",
-                violation_error_message="A job with this name already exists.",
+                fields=["name", "deletion_id"],
+                name="cluster_cron_job_live_name_unique",
+                violation_error_message=LIVE_NAME_TAKEN,
             ),
         ]
-        indexes: ClassVar = [
-            models.Index(
-                fields=["next_run_at"],
-                condition=Q(enabled=True, deleted_at__isnull=True),
-                name="cluster_cron_job_due",
-            ),
-        ]
+        # Paused and deleted jobs have no next_run_at, so a plain index (every database has
+        # them) serves the due query as a partial one would.
+        indexes: ClassVar = [models.Index(fields=["next_run_at"], name="cluster_cron_job_due")]
 
     def __str__(self) -> str:
         return self.name
@@ -203,21 +267,45 @@ class JobDefinition(models.Model):
     # -- persistence -----------------------------------------------------------------------
 
     def save(self, *args: Any, **kwargs: Any) -> None:
+        """Save, restart the schedule if a schedule field changed, and record the change.
+
+        The scheduler's bookkeeping and the counters the cluster keeps are written only when this
+        save owns them (a restarted schedule, a new run limit, a resume), so an edit never writes
+        back stale values the scheduler or a worker has advanced meanwhile.
+        """
+        from . import audit
+
         update_fields = kwargs.get("update_fields")
+        adding = self._state.adding
+        self.deletion_id = 0 if self.deleted_at is None else (self.pk or 0)
+        owned: set[str] = set()
+        if self._limit_set():
+            self.scheduled_runs = self.counted_runs()
+            owned.add("scheduled_runs")
+        if self._resumed():
+            self.consecutive_failures = 0
+            owned.add("consecutive_failures")
         if self._schedule_changed():
             self.restart_schedule()
-            if update_fields is not None:
-                kwargs["update_fields"] = {*update_fields, *BOOKKEEPING_FIELDS}
-        elif update_fields is None and not self._state.adding:
-            # An edit that leaves the schedule alone must not write back the bookkeeping it
-            # loaded earlier: the scheduler may have advanced it since.
+            owned.update(BOOKKEEPING_FIELDS)
+        if update_fields is not None:
+            kwargs["update_fields"] = {*update_fields, *owned}
+        elif not adding:
             kwargs["update_fields"] = [
                 f.name
                 for f in self._meta.concrete_fields
-                if not f.primary_key and f.name not in BOOKKEEPING_FIELDS
+                if not f.primary_key and (f.name not in CLUSTER_FIELDS or f.name in owned)
             ]
-        super().save(*args, **kwargs)
+        using = kwargs.get("using") or router.db_for_write(JobDefinition, instance=self)
+        with transaction.atomic(using=using):
+            before = None if adding else audit.stored_snapshot(self)
+            super().save(*args, **kwargs)
+            audit.record_save(self, before)
         self._loaded = {f: getattr(self, f) for f in SCHEDULE_FIELDS}
+
+    def _resumed(self) -> bool:
+        loaded = getattr(self, "_loaded", None)
+        return bool(self.enabled and loaded and loaded.get("enabled") is False)
 
     # -- change tracking ------------------------------------------------------------------
 
@@ -228,6 +316,29 @@ class JobDefinition(models.Model):
         instance = cast(JobDefinition, super().from_db(db, field_names, values, **kwargs))
         instance._loaded = {f: getattr(instance, f) for f in SCHEDULE_FIELDS if f in field_names}
         return instance
+
+    def refresh_from_db(
+        self, using: str | None = None, fields: Any = None, *args: Any, **kwargs: Any
+    ) -> None:
+        """Reload from the database and take the reloaded values as the ones loaded, so a later
+        save compares with them (a resume after a reload restarts the schedule)."""
+        super().refresh_from_db(using, fields, *args, **kwargs)
+        reloaded = (
+            SCHEDULE_FIELDS if fields is None else [f for f in SCHEDULE_FIELDS if f in fields]
+        )
+        self._loaded = {**getattr(self, "_loaded", {}), **{f: getattr(self, f) for f in reloaded}}
+
+    def _limit_set(self) -> bool:
+        """``max_runs`` goes from no limit to one: its count starts from the ledger."""
+        if self.max_runs is None or self._state.adding:
+            return False
+        loaded = getattr(self, "_loaded", None)
+        return loaded is not None and "max_runs" in loaded and loaded["max_runs"] is None
+
+    def counted_runs(self) -> int:
+        """What ``max_runs`` counts, from the ledger: runs its schedule dispatched."""
+        runs = JobRun.objects.filter(job_id=self.pk, trigger__in=SCHEDULED_TRIGGERS)
+        return int(runs.exclude(status__in=(RunStatus.MISSED, RunStatus.SKIPPED)).count())
 
     def _schedule_changed(self) -> bool:
         loaded = getattr(self, "_loaded", None)
@@ -244,7 +355,29 @@ class JobDefinition(models.Model):
 
     @property
     def is_scheduled(self) -> bool:
-        return self.enabled and self.deleted_at is None
+        return self.enabled and self.deleted_at is None and not self.runs_exhausted
+
+    @property
+    def runs_exhausted(self) -> bool:
+        return self.max_runs is not None and self.scheduled_runs >= self.max_runs
+
+    def timing(self) -> SlotTiming:
+        """The job's active period and jitter, for the pure core."""
+        return SlotTiming(
+            start_at=self.start_at,
+            end_at=self.end_at,
+            jitter=timedelta(seconds=self.jitter or 0),
+            # Only jitter needs the job's identity; without it, jobs of one cron share a plan.
+            key=(self.pk or 0) if self.jitter else 0,
+        )
+
+    def finished_reason(self, now: datetime) -> str:
+        """Why the job will never run again on its schedule, or "" (it is not finished)."""
+        if self.runs_exhausted:
+            return f"finished: ran {self.scheduled_runs} of {self.max_runs} scheduled runs"
+        if self.end_at is not None and now > self.end_at:
+            return f"finished: its end ({self.end_at:%Y-%m-%d %H:%M:%S}Z) has passed"
+        return ""
 
     def catchup_rules(self) -> CatchupRules:
         return CatchupRules(
@@ -264,6 +397,7 @@ class JobDefinition(models.Model):
         """
         try:
             self.catchup_rules()
+            self.timing()
             self.schedule  # noqa: B018 (parses cron and zone)
         except (ScheduleError, ValueError) as exc:
             return str(exc)
@@ -283,10 +417,12 @@ class JobDefinition(models.Model):
         if not self.is_scheduled:
             self.next_run_at = None
             return
-        now = now or timezone.now()
+        # The database's clock, not this host's (G7): a watermark from a host running ahead
+        # would mark slots as decided before the scheduler has seen them.
+        now = now or database_now(router.db_for_write(JobDefinition))
         self.last_scheduled_at = now
         try:
-            self.next_run_at = self.schedule.next_after(now)
+            self.next_run_at = self.timing().next_due_after(self.schedule, now)
         except ScheduleError:
             # Unvalidated bad data (e.g. save() without full_clean()): keep it out of the
             # scheduler's due index instead of crashing the save; clean() reports the error.
@@ -306,6 +442,7 @@ class JobDefinition(models.Model):
             except ValidationError as exc:
                 errors.setdefault(field, []).append(exc)
 
+        check("name", self.check_live_name)
         check("cron", validation.clean_cron, self.cron)
         check("timezone", validation.clean_timezone, self.timezone)
         check("task", validation.clean_task_name, self.task)
@@ -328,6 +465,13 @@ class JobDefinition(models.Model):
                 ValidationError(
                     f"The soft time limit ({self.soft_time_limit} s) must be below the hard "
                     f"limit ({self.time_limit} s) so the task can clean up before it is killed."
+                )
+            )
+        if self.start_at and self.end_at and self.end_at <= self.start_at:
+            errors.setdefault("end_at", []).append(
+                ValidationError(
+                    f"The end ({self.end_at:%Y-%m-%d %H:%M:%S %Z}) must be after the start "
+                    f"({self.start_at:%Y-%m-%d %H:%M:%S %Z})."
                 )
             )
         if (
@@ -356,9 +500,27 @@ class JobDefinition(models.Model):
         self.deleted_at = timezone.now()
         self.save()
 
+    # Declarations are validated without the database (at `manage.py check`): they skip this.
+    check_name_in_database = True
+
+    def check_live_name(self) -> None:
+        """No other live job has this name (one query; the database enforces it too)."""
+        if self.deleted_at is not None or not self.name or not self.check_name_in_database:
+            return
+        taken = JobDefinition.all_objects.filter(name=self.name, deleted_at__isnull=True)
+        if taken.exclude(pk=self.pk).exists():
+            raise ValidationError(LIVE_NAME_TAKEN, code="unique")
+
+    def validate_constraints(self, exclude: Collection[str] | None = None) -> None:
+        # The live-name constraint is checked by clean(), on the name field, with one query.
+        super().validate_constraints(exclude={*(exclude or ()), "deletion_id"})
+
     def restore(self) -> None:
         self.deleted_at = None
-        self.validate_constraints()
+        try:
+            self.check_live_name()
+        except ValidationError as exc:
+            raise ValidationError({"name": exc.error_list}) from None
         self.save()
 
 
@@ -389,6 +551,10 @@ class RunTrigger(models.TextChoices):
     CATCHUP = "catchup"
     MANUAL = "manual"
     BACKFILL = "backfill"
+
+
+# The runs a job's schedule makes (what ``max_runs`` counts), as opposed to an operator's.
+SCHEDULED_TRIGGERS = (RunTrigger.SCHEDULE, RunTrigger.CATCHUP)
 
 
 class JobRun(models.Model):
@@ -455,29 +621,129 @@ class JobRun(models.Model):
 
 
 class SchedulerLease(models.Model):
-    """The fencing epoch of the scheduler leadership (one row, ``name="leader"``).
+    """A named lease and its fencing epoch: ``leader`` (the scheduler's leadership), and with the
+    database lease backend also ``lock:<name>`` (cluster locks).
 
-    The Redis lease decides who *should* lead; this row decides whose writes *count*. Taking
-    leadership increments ``epoch`` in a database transaction. Every leader transaction starts
-    with a conditional ``UPDATE … WHERE epoch = <mine>`` on this row (see
-    :meth:`django_cluster_cron.store.RunStore.fenced`): it fails once a newer leader has bumped
-    the epoch, and while it holds the row lock a newer leader's bump waits for it to commit. So a
-    paused leader that wakes up after its lease expired cannot record, advance or publish anything
-    under its old epoch.
+    The ``leader`` row decides whose writes *count*. Taking leadership increments ``epoch``
+    (with the Redis backend the scheduler does it after taking the Redis lease; with the
+    database backend the acquiring UPDATE does it, see :mod:`django_cluster_cron.leases.database`)
+    and writes the new holder's ``token``. Every leader transaction starts with a conditional
+    ``UPDATE … WHERE epoch = <mine> AND token = <mine>`` on this row (see
+    :meth:`django_cluster_cron.scheduler.store.RunStore.fenced`): it fails once a newer leader
+    has taken over, and while it holds the row lock a newer leader's bump waits for it to
+    commit. So a paused leader that wakes up after its lease expired cannot record, advance or
+    publish anything under its old epoch.
+
+    ``valid_until`` and ``ttl`` are used by the database lease backend only (database time).
     """
 
-    name = models.CharField(max_length=64, unique=True)
+    name = models.CharField(max_length=255, unique=True)
     epoch = models.BigIntegerField(default=0)
-    holder = models.CharField(max_length=255, blank=True, help_text="Node id of the leader.")
+    holder = models.CharField(max_length=255, blank=True, help_text="Node id of the holder.")
     token = models.CharField(max_length=255, blank=True)
     acquired_at = models.DateTimeField(null=True, blank=True)
     last_write_at = models.DateTimeField(null=True, blank=True)
+    valid_until = models.DateTimeField(
+        null=True, blank=True, help_text="Database lease: held until (database time)."
+    )
+    ttl = models.DurationField(
+        null=True, blank=True, help_text="Database lease: the time-to-live its holder asked for."
+    )
 
     class Meta:
         verbose_name = "scheduler lease"
 
     def __str__(self) -> str:
         return f"{self.name}: epoch {self.epoch} held by {self.holder or 'nobody'}"
+
+
+class JobSync(models.Model):
+    """The last sync of the jobs declared in code (one row): which release, and what it held.
+
+    A sync locks this row, so syncs from several hosts run one after another; one from an older
+    ``JOBS_VERSION`` than ``version`` here is skipped, so two releases syncing in turn during a
+    rolling deploy do not undo each other.
+    """
+
+    name = models.CharField(max_length=32, unique=True, default="jobs")
+    version = models.BigIntegerField(null=True, blank=True)
+    digest = models.CharField(max_length=64, blank=True)
+    synced_at = models.DateTimeField(null=True, blank=True)
+    synced_by = models.CharField(max_length=255, blank=True)
+
+    class Meta:
+        verbose_name = "declared jobs sync"
+
+    def __str__(self) -> str:
+        return f"jobs from code: version {self.version}, {self.synced_at}"
+
+
+class JobChange(models.Model):
+    """One change to a job: who made it, through what, which fields from what to what, and why.
+
+    Written by :mod:`django_cluster_cron.audit` for every save of a job (the admin form and
+    actions, the API, code sync, imports, your own code) and for the changes the cluster makes
+    itself (a pause after repeated failures). The job's History page and the API read it.
+    """
+
+    job = models.ForeignKey(JobDefinition, on_delete=models.CASCADE, related_name="changes")
+    at = models.DateTimeField(help_text="When (database time).")
+    actor = models.CharField(
+        max_length=150, blank=True, help_text='The user, or "code sync", "import", "policy".'
+    )
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    via = models.CharField(
+        max_length=16, help_text="admin, api, code, import, policy or shell (your own code)."
+    )
+    action = models.CharField(max_length=32)
+    changes = models.JSONField(
+        default=dict, blank=True, help_text='{"field": [old, new]} for each field that changed.'
+    )
+    note = models.TextField(blank=True)
+
+    class Meta:
+        verbose_name = "job change"
+        ordering: ClassVar = ["-at", "-pk"]
+        indexes: ClassVar = [models.Index(fields=["job", "-at"], name="cluster_cron_change_job")]
+
+    def __str__(self) -> str:
+        who = self.actor or self.via
+        return f"job {self.job_id} {self.action} by {who} at {self.at:%Y-%m-%d %H:%M:%S}Z"
+
+
+class NodeReport(models.Model):
+    """A scheduler node's latest status, for the cluster page (database lease backend).
+
+    Each node updates its own row about every few seconds; rows expire a few TTLs after the node
+    stops reporting and are pruned an hour later.
+    """
+
+    node = models.CharField(max_length=255, unique=True)
+    payload = models.JSONField(default=dict)
+    seen_at = models.DateTimeField()
+    expires_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        verbose_name = "scheduler node report"
+
+    def __str__(self) -> str:
+        return self.node
+
+
+class ClusterCounter(models.Model):
+    """A cluster-wide counter (database lease backend), e.g. duplicate deliveries dropped."""
+
+    name = models.CharField(max_length=100, unique=True)
+    value = models.BigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.name} = {self.value}"
 
 
 class ClusterStatus(SchedulerLease):

@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import IntegrityError, transaction
-from django.utils import timezone
 
+from . import audit
+from .dbtime import DbNow, database_now
 from .models import JobDefinition, JobRun, RunStatus, RunTrigger
-from .store import RunStore, dispatchable_run
+from .scheduler.store import RunStore, dispatchable_run
 
 logger = logging.getLogger("django_cluster_cron.operations")
 
@@ -41,8 +42,8 @@ def _activity(job: JobDefinition) -> Counter[str]:
 
 def publish(runs: list[JobRun]) -> int:
     """Publish pending runs now; mark the ones the broker took ``queued``. Returns that count."""
-    from .dispatch import CeleryDispatcher, PublishFailed
-    from .store import OutboxMessage
+    from .scheduler.dispatch import CeleryDispatcher, PublishFailed
+    from .scheduler.store import OutboxMessage
 
     pending = [r for r in runs if r.status == RunStatus.PENDING]
     if not pending:
@@ -57,14 +58,14 @@ def publish(runs: list[JobRun]) -> int:
         logger.error("operations.publish_failed error=%s (the outbox will retry)", exc.cause)
         published = exc.published
     sent = [m for m in messages if m.task_id in published]
-    RunStore().mark_published(sent, now=timezone.now())
+    RunStore().mark_published(sent, now=database_now())
     return len(sent)
 
 
 def run_now(job: JobDefinition, *, by: str = "admin") -> JobRun:
     """Record and publish a ``manual`` run of ``job`` for now; its schedule does not move."""
     counts = _activity(job)
-    now = timezone.now()
+    now = database_now()
     try:
         with transaction.atomic():
             run = dispatchable_run(job, now, RunTrigger.MANUAL, counts, node=by)
@@ -73,6 +74,7 @@ def run_now(job: JobDefinition, *, by: str = "admin") -> JobRun:
         raise OperationError("A run for this very instant already exists; try again.") from None
     publish([run])
     run.refresh_from_db()
+    audit.record(job, "run_now", note=f"run {run.pk} ({run.status})")
     logger.info("run.manual job=%s run=%s status=%s by=%s", job.pk, run.pk, run.status, by)
     return run
 
@@ -88,7 +90,7 @@ def plan_backfill(job: JobDefinition, start: datetime, end: datetime) -> Backfil
     """The slots of ``job`` in ``(start, end]`` a backfill would create (bounded)."""
     if end <= start:
         raise OperationError("The end of the range must be after its start.")
-    if end > timezone.now():
+    if end > database_now():
         raise OperationError("A backfill covers the past only; the end is in the future.")
     slots: list[datetime] = []
     truncated = False
@@ -128,6 +130,11 @@ def backfill(
         JobRun.objects.bulk_create(rows, ignore_conflicts=True)
     created = list(JobRun.objects.filter(job=job, task_id__in=[r.task_id for r in rows]))
     publish(created)
+    audit.record(
+        job,
+        "backfill",
+        note=f"{len(rows)} slots in ({start:%Y-%m-%d %H:%M:%S %Z}, {end:%Y-%m-%d %H:%M:%S %Z}]",
+    )
     logger.info("run.backfill job=%s slots=%s by=%s", job.pk, len(rows), by)
     return created
 
@@ -148,7 +155,7 @@ def retry(run: JobRun) -> JobRun:
 def cancel(run: JobRun, *, reason: str = "cancelled by an operator") -> JobRun:
     """Cancel a run that has not started (pending, queued or waiting for a retry)."""
     updated = JobRun.objects.filter(pk=run.pk, status__in=CANCELLABLE).update(
-        status=RunStatus.CANCELLED, reason=reason[:255], finished_at=timezone.now()
+        status=RunStatus.CANCELLED, reason=reason[:255], finished_at=DbNow()
     )
     if not updated:
         raise OperationError(f"Run {run.pk} is {run.status}: only waiting runs can be cancelled.")

@@ -1,14 +1,16 @@
 """Counting and timing the SQL a block of code runs (tests and benchmarks).
 
 Django's ``CaptureQueriesContext`` reads ``connection.queries``, which every request start
-clears, so around a test-client request it can count nothing. An execute wrapper sees every query.
+clears, so around a test-client request it can count nothing. An execute wrapper sees every query:
+on Django's connection of this thread and on this thread's lease connection (the database lease
+backend keeps one of its own, see :mod:`django_cluster_cron.leases.database`).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,5 +42,10 @@ def count_queries() -> Iterator[QueryLog]:
         finally:
             log.queries.append((sql, time.perf_counter() - started))
 
-    with connection.execute_wrapper(wrapper):
+    from .leases.database import private_wrapper
+
+    with ExitStack() as stack:
+        for wrapped in (connection, private_wrapper()):
+            if wrapped is not None:
+                stack.enter_context(wrapped.execute_wrapper(wrapper))
         yield log

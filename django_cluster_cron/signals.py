@@ -11,6 +11,9 @@ committed; a receiver that raises is logged and does not affect the run.
 * ``run_retrying`` — an attempt failed and the next is scheduled; ``error``, ``delay`` (seconds).
 * ``run_skipped`` — the overlap policy skipped the run at execution time.
 * ``run_lost`` — its worker stopped heartbeating; ``retried`` says whether it goes again.
+
+One signal is about a job: ``job_auto_paused`` (``sender=JobDefinition``, ``job=<the job>``,
+``failures``, ``run_ids``) — its ``pause_after_failures`` policy paused it.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ run_failed = Signal()
 run_retrying = Signal()
 run_skipped = Signal()
 run_lost = Signal()
+job_auto_paused = Signal()
 
 
 def send(signal: Signal, run: Any, **extra: Any) -> None:
@@ -35,4 +39,12 @@ def send(signal: Signal, run: Any, **extra: Any) -> None:
         if isinstance(response, Exception):
             logger.error(
                 "signal.receiver_failed receiver=%r run=%s error=%s", receiver, run.pk, response
+            )
+
+
+def send_job(signal: Signal, job: Any, **extra: Any) -> None:
+    for receiver, response in signal.send_robust(sender=type(job), job=job, **extra):
+        if isinstance(response, Exception):
+            logger.error(
+                "signal.receiver_failed receiver=%r job=%s error=%s", receiver, job.pk, response
             )

@@ -5,7 +5,7 @@ makes a duplicate delivery harmless, the heartbeat, the overlap lock and the run
 the job's code for *every* registered task, including tasks from third-party apps the project
 cannot change. The generic task is routed to the job's queue and calls the job's own task
 in-process, with the job's arguments, once it owns the run. The logic lives in
-:mod:`django_cluster_cron.worker`; this module only registers the task.
+:mod:`django_cluster_cron.worker.execute`; this module only registers the task.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 from celery import shared_task
-from celery.signals import task_revoked
+from celery.signals import task_revoked, worker_init, worker_process_shutdown
 
-from .worker import execute, on_revoked
+from .worker.execute import execute, on_revoked
 
 
 # acks_late + reject_on_worker_lost: a message whose worker process died before it could claim the
@@ -45,3 +45,26 @@ def _record_revoked(sender: Any = None, request: Any = None, **info: Any) -> Non
             signum=info.get("signum"),
             expired=bool(info.get("expired")),
         )
+
+
+@worker_init.connect
+def _serve_worker_metrics(sender: Any = None, **info: Any) -> None:
+    """``WORKER_METRICS_PORT``: serve /metrics from the worker's main process, before the pool
+    starts, adding up every pool process's values (prometheus_client's multiprocess mode)."""
+    from .conf import app_settings
+    from .ops import metrics
+
+    port = app_settings.WORKER_METRICS_PORT
+    if port is None or not metrics.enabled():  # neither imports prometheus_client
+        return
+    metrics.prepare_worker_directory()  # before the client is imported: see ops.metrics
+    metrics.serve(port)
+
+
+@worker_process_shutdown.connect
+def _forget_pool_process(sender: Any = None, pid: Any = None, **info: Any) -> None:
+    """A pool process that exits no longer counts for the live gauges."""
+    from .ops import metrics
+
+    if isinstance(pid, int):
+        metrics.mark_process_dead(pid)

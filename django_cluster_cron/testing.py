@@ -1,8 +1,29 @@
-"""Helpers for testing code that drives the scheduler (this project's tests and yours)."""
+"""Helpers for testing code that drives the scheduler or takes cluster locks (our tests and yours).
+
+* :func:`run_due`: run the slots due at a given ``now`` synchronously — the real planner,
+  catch-up and overlap policies and ledger, the job's task executed in-process — with no
+  scheduler process, no broker and no worker.
+* :func:`ledger` and :func:`assert_ran`: read and check what the ledger recorded.
+* :class:`NoWait`: a sleeper that never sleeps, so a test steps a real scheduler by hand.
+* :class:`MemoryLeaseBackend`: leases, cluster locks, node reports and the change signal in this
+  process's memory, for tests that should not need Redis. Either set
+  ``CLUSTER_CRON["LEASE_BACKEND"] = "memory"`` in your test settings (every ``cluster_lock``
+  then uses one shared in-memory backend; silence check ``cluster_cron.W003`` there), or pass one
+  explicitly: ``ClusterLock("name", backend=MemoryLeaseBackend())``.
+"""
 
 from __future__ import annotations
 
 import threading
+import uuid
+from datetime import datetime
+from typing import Any
+
+from .leases.memory import MemoryLease, MemoryLeaseBackend
+
+__all__ = ["MemoryLease", "MemoryLeaseBackend", "NoWait", "assert_ran", "ledger", "run_due"]
+
+TEST_NODE = "testing"
 
 
 class NoWait:
@@ -17,3 +38,69 @@ class NoWait:
 
     def close(self) -> None:
         pass
+
+
+def run_due(now: datetime | None = None, *, execute: bool = True) -> list[Any]:
+    """Decide every slot due at ``now`` (default: the database's time) as the leader would, and
+    run each recorded run's task here and now; return the runs recorded, oldest slot first.
+
+    The planner, the catch-up window and policy, the overlap policy and the unique slot are the
+    real ones, and so is the ledger: missed and skipped slots are recorded as the scheduler
+    records them. Each run goes through ``execute_run`` with Celery's ``apply()`` (in-process: no
+    broker, no worker), so its claim, its status and its retries are the real ones too; a retry is
+    recorded as ``retrying`` and not run again (call ``run_due`` later, or ``execute=False`` to
+    only record). Jobs whose overlap policy takes a lock need a lease backend: set
+    ``CLUSTER_CRON["LEASE_BACKEND"] = "memory"`` in test settings if there is no Redis.
+    """
+    from .dbtime import database_now
+    from .models import JobRun
+    from .scheduler.store import RunStore
+    from .tasks import execute_run
+
+    now = now or database_now()
+    store = RunStore()
+    epoch = store.claim_leadership(TEST_NODE, f"{TEST_NODE}:{uuid.uuid4().hex}", now)
+    recorded: list[str] = []
+    while True:
+        batch = store.schedule_due(now=now, epoch=epoch, node_id=TEST_NODE, limit=500)
+        recorded += [m.task_id for m in batch.messages]
+        store.mark_published(batch.messages, epoch=epoch, now=now)
+        if execute:
+            for message in batch.messages:
+                execute_run.apply(args=(message.run_id, message.attempt), task_id=message.task_id)
+        if batch.jobs < 500:
+            break
+    runs = JobRun.objects.filter(task_id__in=recorded).select_related("job")
+    return sorted(runs, key=lambda run: (run.scheduled_for, run.job_id))
+
+
+def ledger(job: Any = None, *, status: str | None = None) -> list[Any]:
+    """Runs in the ledger (of ``job``, in ``status``), oldest slot first."""
+    from .models import JobRun
+
+    runs = JobRun.objects.select_related("job").order_by("scheduled_for", "job_id")
+    if job is not None:
+        runs = runs.filter(job=job)
+    if status is not None:
+        runs = runs.filter(status=status)
+    return list(runs)
+
+
+def assert_ran(
+    job: Any, *, at: datetime | None = None, status: str = "success", times: int = 1
+) -> list[Any]:
+    """Assert that ``job`` has ``times`` runs in ``status`` (for the slot ``at``, if given); return
+    them. The message lists what the ledger holds instead."""
+    runs = [r for r in ledger(job, status=status) if at is None or r.scheduled_for == at]
+    if len(runs) != times:
+        held = ", ".join(
+            f"{r.scheduled_for:%Y-%m-%d %H:%M:%S}Z {r.status}"
+            + (f" ({r.reason or r.error})" if r.reason or r.error else "")
+            for r in ledger(job)
+        )
+        slot = f" for {at:%Y-%m-%d %H:%M:%S}Z" if at else ""
+        raise AssertionError(
+            f"expected {times} {status} run(s) of {job}{slot}, found {len(runs)}; the ledger "
+            f"holds: {held or 'nothing'}"
+        )
+    return runs

@@ -23,6 +23,34 @@ MAX_SLOTS_IN_WINDOW = 10_000
 _TASK_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*([.:\-][A-Za-z0-9_]+)*$")
 _QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:\-]+$")
 
+# What defines a job besides its name: what a person types in the admin or the API, and what code
+# declares (and owns) for a job declared in code. Operators keep ``enabled``/``pause_note``.
+DEFINITION_FIELDS = (
+    "description",
+    "cron",
+    "timezone",
+    "task",
+    "args",
+    "kwargs",
+    "queue",
+    "priority",
+    "expires",
+    "catchup_policy",
+    "catchup_window",
+    "overlap_policy",
+    "max_retries",
+    "retry_backoff",
+    "retry_backoff_max",
+    "on_worker_lost",
+    "soft_time_limit",
+    "time_limit",
+    "start_at",
+    "end_at",
+    "max_runs",
+    "jitter",
+    "pause_after_failures",
+)
+
 
 def _raise(exc: ScheduleError) -> ValidationError:
     return ValidationError(exc.message, code=f"invalid_{exc.field}")

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Create .venv (if missing) and install the project with its test, lint, example and docs extras.
+# Create .venv (if missing) and install the project with its test, lint, example and docs extras
+# (and the mysql extra when DATABASE_URL names a MySQL/MariaDB server).
 # Idempotent and quiet: re-runs are instant unless pyproject.toml changed. Errors stay visible.
 # Env: PYTHON (default python3) picks the interpreter for a new venv.
 set -euo pipefail
@@ -35,14 +36,26 @@ install_inputs() {
         pyproject.toml
     cat scripts/bootstrap.sh
 }
-want="$(install_inputs | cksum) $("$VENV/bin/python" -V 2>&1)"
+EXTRAS="test,lint,example,docs"
+case "${DATABASE_URL:-}" in
+    mysql*) EXTRAS="$EXTRAS,mysql" ;;
+esac
+want="$(install_inputs | cksum) $("$VENV/bin/python" -V 2>&1) $EXTRAS"
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ]; then
     exit 0
 fi
 
-echo "bootstrap: installing the project and its test, lint, example and docs extras into $VENV"
+echo "bootstrap: installing the project and its extras ($EXTRAS) into $VENV"
 rm -f "$STAMP"
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
 "$VENV/bin/python" -m pip install --quiet --upgrade pip
-"$VENV/bin/python" -m pip install --quiet -e ".[test,lint,example,docs]"
+if ! "$VENV/bin/python" -m pip install --quiet -e ".[$EXTRAS]"; then
+    case "$EXTRAS" in
+        *mysql*)
+            echo "bootstrap: installing mysqlclient failed. It compiles against the MySQL/MariaDB" >&2
+            echo "client library; on Debian/Ubuntu: apt-get install libmariadb-dev pkg-config" >&2
+            ;;
+    esac
+    exit 1
+fi
 printf '%s' "$want" >"$STAMP"

@@ -4,6 +4,7 @@
 #   bash scripts/demo.sh            # live view; keys: k kill the leader, t stop it gracefully,
 #                                   #   r stop/start Redis, q quit (Ctrl-C works too)
 #   bash scripts/demo.sh --script   # plays the failover story unattended, exits 0 or 1 (CI)
+#   LEASE=database bash scripts/demo.sh   # the same on the database lease (Redis: broker only)
 #
 # It bootstraps .venv, migrates the example project, creates the demo jobs and an admin/admin
 # superuser (manage.py demo_setup), then hands over to `manage.py demo_live`, which starts a
@@ -14,6 +15,8 @@
 # flushes a Redis it did not start. The story runs by itself when stdout is not a terminal.
 #
 # Environment:
+#   LEASE                redis (default) or database: where the leader lease and the locks live
+#                        (make demo LEASE=database); with database, Redis is only the broker
 #   DATABASE_URL         use this database instead of example_project/db.sqlite3, e.g.
 #                        postgres://postgres@127.0.0.1:5432/cron_demo (it must exist)
 #   REDIS_URL            use this Redis (lease, change channel, default broker) instead of a
@@ -63,7 +66,15 @@ PYEOF
 }
 free_port() { "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
-# --- 2. Redis: the one given, or a throwaway one demo_live starts and owns ---------------------
+# --- 2. the lease, and Redis: the one given, or a throwaway one demo_live starts and owns ------
+
+LEASE="${LEASE:-redis}"
+case "$LEASE" in
+    redis) log "lease: Redis (the leader lease, locks and change signal live in Redis)" ;;
+    database) log "lease: the database (the leader lease and locks are rows; Redis is only the broker)" ;;
+    *) die "LEASE=$LEASE: use redis or database" ;;
+esac
+export LEASE_BACKEND="$LEASE"
 
 LIVE_ARGS=()
 if [ -n "${REDIS_URL:-}" ]; then
@@ -104,6 +115,15 @@ log "database: $(redact "${DATABASE_URL:-sqlite:///example_project/db.sqlite3}")
 "$PY" manage.py demo_setup --username "$DEMO_USER" --password "$DEMO_PASSWORD" >&2
 
 # --- 4. the cluster, live ----------------------------------------------------------------------
+
+# The worker serves Prometheus metrics (its two pool processes added up) on a free port.
+metrics_port="$(free_port)"
+if [ -z "${CLUSTER_CRON_JSON:-}" ]; then
+    export CLUSTER_CRON_JSON="{\"WORKER_METRICS_PORT\": $metrics_port}"
+fi
+log "look here: admin http://127.0.0.1:$DEMO_PORT/admin/ ($DEMO_USER / $DEMO_PASSWORD)," \
+    "REST API http://127.0.0.1:$DEMO_PORT/cron/api/docs/, health http://127.0.0.1:$DEMO_PORT/cron/health/," \
+    "worker metrics http://127.0.0.1:$metrics_port/metrics"
 
 # exec: demo_live owns every process from here on and stops them all on q, Ctrl-C or SIGTERM.
 exec "$PY" manage.py demo_live --port "$DEMO_PORT" --login "$DEMO_USER / $DEMO_PASSWORD" \

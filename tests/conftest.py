@@ -134,6 +134,16 @@ def _load_hypothesis_profile() -> None:
 # -- fixtures -------------------------------------------------------------------------------
 
 
+@pytest.fixture(autouse=True)
+def _close_lease_connection() -> Iterator[None]:
+    """The database lease backend keeps a connection of its own per thread; close this thread's
+    after each test, so none outlives the test database."""
+    yield
+    from django_cluster_cron.leases.database import close_private_connection
+
+    close_private_connection()
+
+
 @pytest.fixture(scope="session")
 def redis_url() -> str:
     """URL of the Redis server the suite uses (throwaway, or ``REDIS_URL``)."""
@@ -163,6 +173,43 @@ def redis_client(redis_url: str) -> Iterator[redis.Redis]:
     finally:
         client.flushdb()
         client.close()
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_url() -> Iterator[str]:
+    """An AMQP URL on a vhost of this run's own: ``RABBITMQ_URL`` if set, else a vhost made
+    with ``rabbitmqctl`` on the local RabbitMQ (deleted at the end). Skips when neither exists.
+    """
+    import shutil
+    import socket
+    import subprocess
+    import uuid
+
+    given = os.environ.get("RABBITMQ_URL")
+    if given:
+        yield given
+        return
+    ctl = shutil.which("rabbitmqctl")
+    try:
+        socket.create_connection(("127.0.0.1", 5672), timeout=1).close()
+    except OSError:
+        ctl = None
+    if ctl is None:
+        reason = "no RabbitMQ: set RABBITMQ_URL, or run a local RabbitMQ with rabbitmqctl"
+        if os.environ.get("CI"):
+            pytest.fail(f"{reason} (CI must run the RabbitMQ tests, not skip them)")
+        pytest.skip(reason)
+    vhost = f"dcc-test-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+    def rabbitmqctl(*args: str) -> None:
+        subprocess.run([ctl, *args], check=True, capture_output=True, timeout=60)
+
+    rabbitmqctl("add_vhost", vhost)
+    try:
+        rabbitmqctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
+        yield f"amqp://guest:guest@127.0.0.1:5672/{quote(vhost, safe='')}"
+    finally:
+        rabbitmqctl("delete_vhost", vhost)
 
 
 @pytest.fixture

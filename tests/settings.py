@@ -5,8 +5,10 @@ subprocesses (schedulers, Celery workers) that integration tests start:
 
 ``DATABASE_URL``
     Any URL dj-database-url understands. Default: SQLite. For PostgreSQL use e.g.
-    ``postgres://postgres@127.0.0.1:5432/test``; pytest-django then creates and drops
-    ``test_<name>_<pid>`` (``TEST_DB_NAME`` overrides) so concurrent runs never collide.
+    ``postgres://postgres@127.0.0.1:5432/test``, for MySQL/MariaDB
+    ``mysql://root@127.0.0.1:3306/test`` (needs the ``mysql`` extra: mysqlclient); pytest-django
+    then creates and drops ``test_<name>_<pid>`` (``TEST_DB_NAME`` overrides) so concurrent runs
+    never collide.
 ``REDIS_URL``
     Point the suite at a real Redis server, e.g. ``redis://127.0.0.1:6379/15``. The suite
     FLUSHES that database, so never use one that holds data you care about. When unset,
@@ -52,6 +54,9 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_cluster_cron",
+    "rest_framework",  # the api extra
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "django_celery_beat",  # only to test import_celery_beat
     "tests.testapp",
 ]
@@ -84,6 +89,19 @@ TEMPLATES = [
 ]
 
 STATIC_URL = "static/"
+
+REST_FRAMEWORK = {
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+        "rest_framework.authentication.BasicAuthentication",
+    ],
+}
+SPECTACULAR_SETTINGS = {
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # Tests create users; the slow default hasher would dominate their run time.
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
@@ -106,6 +124,10 @@ def _database() -> dict[str, Any]:
         # One name per test run: parallel runs on one server must not drop each other's DB.
         test_name = test_name or f"test_{config['NAME']}_{os.getpid()}"
     config["TEST"] = {"NAME": test_name}
+    if config["ENGINE"] == "django.db.backends.mysql":
+        # Full Unicode (4-byte UTF-8) whatever the server's default character set is.
+        config.setdefault("OPTIONS", {})["charset"] = "utf8mb4"
+        config["TEST"].update({"CHARSET": "utf8mb4", "COLLATION": "utf8mb4_unicode_ci"})
     return config
 
 

@@ -10,9 +10,9 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
-from ..admin.display import COLOURS, badge
 from ..models import ClusterStatus
-from ..status import cluster_status, force_release_lock
+from ..ops.status import cluster_status, force_release_lock
+from .display import COLOURS, badge
 
 
 @admin.register(ClusterStatus)

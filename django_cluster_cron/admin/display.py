@@ -29,12 +29,14 @@ COLOURS: dict[str, str] = {
 RECENT_RUNS = 20
 
 
-def badge(status: str) -> SafeString:
+def badge(status: str, why: str = "") -> SafeString:
+    """A run status as a coloured pill; ``why`` (the run's reason) shows on hover."""
     colour = COLOURS.get(status, "#777")
     return format_html(
         '<span class="dcc-status" style="background:{};color:#fff;padding:1px 6px;'
-        'border-radius:8px;white-space:nowrap">{}</span>',
+        'border-radius:8px;white-space:nowrap"{}>{}</span>',
         colour,
+        format_html(' title="{}"', why) if why else "",
         status,
     )
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, cast
 
 from django import forms
@@ -25,42 +25,89 @@ from django.utils.safestring import SafeString
 
 from .. import operations
 from ..celery_app import registered_task_names
+from ..core.catchup import PLAIN
 from ..core.cron import CronSchedule
 from ..core.errors import ScheduleError
 from ..core.timezones import available_timezones
+from ..core.timing import SlotTiming
+from ..declared import CODE_FIELDS
 from ..describe import describe
-from ..models import JobDefinition, JobRun, RunStatus
+from ..models import MAX_JITTER, JobDefinition, JobRun, RunStatus
 from ..operations import OperationError
+from ..validation import DEFINITION_FIELDS
 from .display import RECENT_RUNS, badge, recent_runs_by_job, run_strip, success_rate
+from .history import AuditedAdmin
 
 PREVIEW_COUNT = 10
 # Longer than any valid cron (200) or zone name; the parser reports what is wrong below that.
 PREVIEW_INPUT_LIMIT = 300
 
 
-def preview_html(cron: str, zone: str, now: datetime) -> SafeString:
-    """The schedule in words and its next fire times in the zone and in UTC, with DST notes."""
+def preview_html(cron: str, zone: str, now: datetime, timing: SlotTiming = PLAIN) -> SafeString:
+    """The schedule in words and its next runs in the zone and in UTC, with DST notes.
+
+    With a job's active period and jitter (``timing``), the list holds the slots it will really
+    run and when each is dispatched.
+    """
     if not cron.strip():
         return format_html("{}", "Type a cron expression to see its next runs.")
     try:
         schedule = CronSchedule.parse(cron, zone)  # not the cached parser: input is arbitrary
     except ScheduleError as exc:
         return format_html('<p class="dcc-preview-error">No preview: {}</p>', exc)
+    upcoming = timing.upcoming(schedule, now, PREVIEW_COUNT)
+    jittered = timing.jitter > timedelta(0)
     rows = (
         (
-            f"{t.astimezone(schedule.zone):%a %Y-%m-%d %H:%M:%S %Z}",
-            f"{t:%Y-%m-%d %H:%M:%S} UTC",
-            schedule.dst_note(t) or "",
+            f"{due.astimezone(schedule.zone):%a %Y-%m-%d %H:%M:%S %Z}",
+            f"{due:%Y-%m-%d %H:%M:%S} UTC",
+            f"slot {slot.astimezone(schedule.zone):%H:%M:%S} + {(due - slot).seconds} s"
+            if jittered
+            else "",
+            schedule.dst_note(slot) or "",
         )
-        for t in schedule.fire_times(now, PREVIEW_COUNT)
+        for slot, due in upcoming
     )
+    notes = []
+    if timing.start_at and timing.start_at > now:
+        notes.append(f"Starts {timing.start_at:%Y-%m-%d %H:%M:%S %Z}.")
+    if timing.end_at:
+        ended = timing.end_at < now
+        notes.append(f"{'Ended' if ended else 'Ends'} {timing.end_at:%Y-%m-%d %H:%M:%S %Z}.")
+    if not upcoming:
+        notes.append("No more runs: the job is finished.")
     return format_html(
-        '<p>{}</p><table class="dcc-upcoming"><thead><tr><th>{}</th><th>UTC</th><th>DST</th>'
-        "</tr></thead><tbody>{}</tbody></table>",
+        '<p>{}</p><p>{}</p><table class="dcc-upcoming"><thead><tr><th>{}</th><th>UTC</th>'
+        "<th>{}</th><th>DST</th></tr></thead><tbody>{}</tbody></table>",
         describe(cron),
+        " ".join(notes),
         zone,
-        format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td></tr>", rows),
+        "jitter" if jittered else "",
+        format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>", rows),
     )
+
+
+def timing_from_query(query: Any) -> SlotTiming:
+    """The active period and jitter the job form holds (its unsaved values); ignores bad ones."""
+
+    def when(name: str) -> datetime | None:
+        parts = [query.get(f"{name}_0", ""), query.get(f"{name}_1", "")]
+        if not parts[0]:
+            return None
+        try:
+            return cast(datetime, forms.SplitDateTimeField(required=False).clean(parts))
+        except ValidationError:
+            return None
+
+    try:
+        jitter = min(max(int(query.get("jitter") or 0), 0), MAX_JITTER)
+        key = max(int(query.get("job") or 0), 0)
+    except ValueError:
+        jitter, key = 0, 0
+    start, end = when("start_at"), when("end_at")
+    if start and end and end <= start:
+        end = None
+    return SlotTiming(start, end, timedelta(seconds=jitter), key if jitter else 0)
 
 
 def _task_choices(current: str | None) -> list[tuple[str, str]]:
@@ -89,31 +136,17 @@ def _timezone_choices() -> list[tuple[str, str]]:
 
 
 class JobDefinitionForm(forms.ModelForm):  # type: ignore[type-arg]
+    change_note = forms.CharField(
+        required=False,
+        max_length=500,
+        label="Note for the history",
+        help_text="Why you make this change (kept in the job's History with your name).",
+        widget=forms.TextInput(attrs={"size": 60}),
+    )
+
     class Meta:
         model = JobDefinition
-        fields = (
-            "name",
-            "description",
-            "enabled",
-            "pause_note",
-            "cron",
-            "timezone",
-            "task",
-            "args",
-            "kwargs",
-            "queue",
-            "priority",
-            "expires",
-            "catchup_policy",
-            "catchup_window",
-            "overlap_policy",
-            "max_retries",
-            "retry_backoff",
-            "retry_backoff_max",
-            "on_worker_lost",
-            "soft_time_limit",
-            "time_limit",
-        )
+        fields = ("name", "enabled", "pause_note", *DEFINITION_FIELDS)
         widgets = {  # noqa: RUF012
             "args": forms.Textarea(attrs={"rows": 2, "cols": 60}),
             "kwargs": forms.Textarea(attrs={"rows": 3, "cols": 60}),
@@ -201,7 +234,7 @@ class JobChangeList(ChangeList):
 
 
 @admin.register(JobDefinition)
-class JobDefinitionAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class JobDefinitionAdmin(AuditedAdmin, admin.ModelAdmin):  # type: ignore[type-arg]
     form = JobDefinitionForm
 
     class Media:
@@ -229,7 +262,10 @@ class JobDefinitionAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     search_fields = ("name", "task", "description")
     list_per_page = 50
     readonly_fields = (
+        "defined_in",
         "upcoming",
+        "scheduled_runs",
+        "consecutive_failures",
         "next_run_at",
         "last_scheduled_at",
         "created_at",
@@ -237,10 +273,24 @@ class JobDefinitionAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "deleted_at",
     )
     fieldsets = (
-        (None, {"fields": ("name", "description", "enabled", "pause_note")}),
-        ("Schedule", {"fields": ("cron", "timezone", "upcoming")}),
+        (None, {"fields": ("name", "description", "enabled", "pause_note", "defined_in")}),
+        (
+            "Schedule",
+            {"fields": ("cron", "timezone", ("start_at", "end_at"), "jitter", "upcoming")},
+        ),
         ("Task", {"fields": ("task", "args", "kwargs", "queue", "priority", "expires")}),
-        ("Policies", {"fields": ("catchup_policy", "catchup_window", "overlap_policy")}),
+        (
+            "Policies",
+            {
+                "fields": (
+                    "catchup_policy",
+                    "catchup_window",
+                    "overlap_policy",
+                    ("max_runs", "scheduled_runs"),
+                    ("pause_after_failures", "consecutive_failures"),
+                )
+            },
+        ),
         (
             "Retries and limits",
             {
@@ -267,6 +317,7 @@ class JobDefinitionAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 ),
             },
         ),
+        (None, {"fields": ("change_note",)}),
     )
     actions = ("pause_jobs", "resume_jobs", "run_jobs_now", "soft_delete_jobs", "restore_jobs")
     change_form_template = "admin/django_cluster_cron/jobdefinition/change_form.html"
@@ -288,6 +339,23 @@ class JobDefinitionAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             if name in form.base_fields:
                 form.base_fields[name].help_text = text
         return form
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        fields = tuple(super().get_readonly_fields(request, obj))
+        if obj is not None and obj.source == "code":
+            # What code declares is changed in code (and synced); operators still pause,
+            # resume, run now and backfill.
+            fields += ("name", *CODE_FIELDS)
+        return fields
+
+    @admin.display(description="Defined in")
+    def defined_in(self, job: JobDefinition) -> str:
+        if job.source == "code":
+            return (
+                f"code, at {job.code_origin}: the schedule, the task and the options are "
+                "changed there and synced (manage.py sync_jobs, or migrate)"
+            )
+        return "the admin (or the API)"
 
     def _can(self, request: HttpRequest, codename: str) -> bool:
         return request.user.has_perm(f"django_cluster_cron.{codename}_jobdefinition")
@@ -324,6 +392,14 @@ class JobDefinitionAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def state(self, job: JobDefinition) -> SafeString:
         if job.deleted_at is not None:
             return format_html('<span style="color:{}">{}</span>', "#b71c1c", "deleted")
+        finished = job.finished_reason(timezone.now())
+        if finished:
+            return format_html(
+                '<span style="color:{}">{}</span><br><small>{}</small>',
+                "#455a64",
+                "finished",
+                finished.removeprefix("finished: "),
+            )
         if job.enabled:
             return format_html('<span style="color:{}">{}</span>', "#2e7d32", "enabled")
         note = format_html("<br><small>{}</small>", job.pause_note) if job.pause_note else ""
@@ -370,9 +446,11 @@ class JobDefinitionAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         # The form's script re-fetches this box from preview_view as the operator types, so the
         # add form previews too, not only a saved job.
         return format_html(
-            '<div class="dcc-preview" data-preview-url="{}" aria-live="polite">{}</div>',
+            '<div class="dcc-preview" data-preview-url="{}" data-job="{}" aria-live="polite">{}'
+            "</div>",
             reverse("admin:django_cluster_cron_job_preview"),
-            preview_html(job.cron, job.timezone, timezone.now()),
+            job.pk or "",
+            preview_html(job.cron, job.timezone, timezone.now(), job.timing()),
         )
 
     # -- actions -------------------------------------------------------------------------
@@ -432,7 +510,9 @@ class JobDefinitionAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     # -- per-job pages: pause with a note, run now, backfill -----------------------------
 
     def get_urls(self) -> list[Any]:
-        wrap = self.admin_site.admin_view
+        def wrap(view: Any) -> Any:
+            return self.admin_site.admin_view(self.audited(view))
+
         return [
             path("preview/", wrap(self.preview_view), name="django_cluster_cron_job_preview"),
             path("<int:pk>/pause/", wrap(self.pause_view), name="django_cluster_cron_job_pause"),
@@ -452,7 +532,8 @@ class JobDefinitionAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             raise PermissionDenied
         cron = request.GET.get("cron", "")[:PREVIEW_INPUT_LIMIT]
         zone = request.GET.get("timezone", "")[:PREVIEW_INPUT_LIMIT]
-        return HttpResponse(preview_html(cron, zone, timezone.now()))
+        timing = timing_from_query(request.GET)
+        return HttpResponse(preview_html(cron, zone, timezone.now(), timing))
 
     def _job_or_404(self, request: HttpRequest, pk: int, allowed: bool) -> JobDefinition:
         if not allowed:

@@ -182,7 +182,7 @@ class JobRunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     @admin.display(description="status", ordering="status")
     def status_badge(self, run: JobRun) -> SafeString:
-        return badge(run.status)
+        return badge(run.status, run.reason)
 
     @admin.display(description="duration", ordering="duration")
     def took(self, run: JobRun) -> str:

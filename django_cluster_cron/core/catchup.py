@@ -25,6 +25,9 @@ from datetime import datetime, timedelta
 
 from .cron import CronSchedule
 from .errors import ScheduleError
+from .timing import SlotTiming
+
+PLAIN = SlotTiming()
 
 
 class CatchupPolicy(str, enum.Enum):
@@ -112,33 +115,52 @@ def plan_slots(
     last_scheduled_at: datetime,
     now: datetime,
     rules: CatchupRules,
+    timing: SlotTiming = PLAIN,
 ) -> SlotPlan:
-    """Decide the fate of every slot of ``schedule`` in ``(last_scheduled_at, now]``."""
+    """Decide the fate of every slot of ``schedule`` due in ``(last_scheduled_at, now]``.
+
+    "Due" is the slot plus its jitter offset (``timing``; none by default) and only slots inside
+    the job's active period exist. Lateness, the window and the watermark are all measured in due
+    time, so a jittered slot is on time when it is dispatched at its due time.
+    """
     if now <= last_scheduled_at:
-        return SlotPlan((), (), None, last_scheduled_at, schedule.next_after(last_scheduled_at))
+        return SlotPlan((), (), None, last_scheduled_at, timing.next_due_after(schedule, now))
 
     window_start = now - rules.window
     lower = max(last_scheduled_at, window_start)
     unrecorded: UnrecordedMisses | None = None
     if lower > last_scheduled_at:
-        first_outside = schedule.next_after(last_scheduled_at)
-        if first_outside is not None and first_outside <= lower:
-            unrecorded = UnrecordedMisses(last_scheduled_at, lower, None)
+        # Slots due before the window (an outage longer than it) are not even enumerated.
+        for slot, due in timing.due_after(schedule, last_scheduled_at):
+            if due <= lower:
+                unrecorded = UnrecordedMisses(last_scheduled_at, lower, None)
+                break
+            if slot > lower:
+                break
 
     keep = rules.cap if rules.policy is not CatchupPolicy.LATEST else 1
     keep += rules.missed_record_limit
-    tail: deque[datetime] = deque(maxlen=keep)
+    tail: deque[tuple[datetime, datetime]] = deque(maxlen=keep)
     dropped = 0
     last_dropped: datetime | None = None
     next_run_at: datetime | None = None
-    for slot in schedule.iter_after(lower):
+    for slot, due in timing.due_after(schedule, lower):
         if slot > now:
-            next_run_at = slot
-            break
+            # Every later slot is due after this one's slot, so none of them can be earlier
+            # than the best found once we pass it.
+            if next_run_at is None or due < next_run_at:
+                next_run_at = due
+            if slot >= next_run_at:
+                break
+            continue
+        if due > now:
+            if next_run_at is None or due < next_run_at:
+                next_run_at = due
+            continue
         if len(tail) == keep:
             dropped += 1
-            last_dropped = tail[0]
-        tail.append(slot)
+            last_dropped = tail[0][0]
+        tail.append((slot, due))
 
     if last_dropped is not None:
         if unrecorded is None:
@@ -146,15 +168,15 @@ def plan_slots(
         else:  # merge: the outside-window part has no count, so neither has the whole
             unrecorded = UnrecordedMisses(unrecorded.after, last_dropped, None)
 
-    due = list(tail)
+    due_slots = list(tail)
     if rules.policy is CatchupPolicy.ALL:
-        to_run = due[-rules.cap :]
+        to_run = due_slots[-rules.cap :]
     elif rules.policy is CatchupPolicy.LATEST:
-        to_run = due[-1:]
+        to_run = due_slots[-1:]
     else:
-        to_run = [slot for slot in due if now - slot <= rules.grace][-rules.cap :]
-    chosen = set(to_run)
-    missed = [slot for slot in due if slot not in chosen]
+        to_run = [pair for pair in due_slots if now - pair[1] <= rules.grace][-rules.cap :]
+    chosen = {slot for slot, _ in to_run}
+    missed = [slot for slot, _ in due_slots if slot not in chosen]
     if len(missed) > rules.missed_record_limit:
         # Only possible for ``none``: its runs can be fewer than ``cap``.
         excess = missed[: len(missed) - rules.missed_record_limit]
@@ -166,7 +188,7 @@ def plan_slots(
             unrecorded = UnrecordedMisses(unrecorded.after, excess[-1], count)
 
     runs = tuple(
-        PlannedRun(slot, Trigger.SCHEDULE if now - slot <= rules.grace else Trigger.CATCHUP)
-        for slot in to_run
+        PlannedRun(slot, Trigger.SCHEDULE if now - due <= rules.grace else Trigger.CATCHUP)
+        for slot, due in to_run
     )
     return SlotPlan(runs, tuple(missed), unrecorded, now, next_run_at)

@@ -6,6 +6,8 @@ Everything that differs between a laptop and a deployment comes from the environ
   ``DJANGO_ALLOWED_HOSTS`` (comma-separated)
 - ``DATABASE_URL`` (default: SQLite file next to ``manage.py``), e.g.
   ``postgres://user:pass@127.0.0.1:5432/cron_demo``
+- ``LEASE_BACKEND``: ``redis`` (default) or ``database`` — where the leader lease and the
+  cluster locks live; with ``database`` the project needs no Redis unless it is the broker
 - ``REDIS_URL`` (default ``redis://127.0.0.1:6379/0``): the cache that holds the leader lease,
   and the Celery broker unless ``CELERY_BROKER_URL`` says otherwise
 - ``CELERY_BROKER_URL``, e.g. ``amqp://guest:guest@127.0.0.1:5672//`` for RabbitMQ
@@ -45,8 +47,26 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_cluster_cron",
+    # The REST API (the api extra): /cron/api/, its schema and Swagger UI at /cron/api/docs/.
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "demo",
 ]
+
+REST_FRAMEWORK = {
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+        "rest_framework.authentication.BasicAuthentication",
+    ],
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "django-cluster-cron example",
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
@@ -96,6 +116,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         }
     )
 
+if DATABASES["default"]["ENGINE"] == "django.db.backends.mysql":
+    DATABASES["default"].setdefault("OPTIONS", {})["charset"] = "utf8mb4"
+
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -113,8 +136,9 @@ TIME_ZONE = "UTC"
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
 
-# --- Redis: cache and leader lease ----------------------------------------------------------
+# --- The lease: Redis (a django-redis cache) or the database -----------------------------------
 
+LEASE_BACKEND = os.environ.get("LEASE_BACKEND", "redis")
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 
 CACHES = {
@@ -137,6 +161,10 @@ CLUSTER_CRON = {
     "REDIS_ALIAS": "default",
     "CELERY_APP": "example_project.celery:app",
 }
+if LEASE_BACKEND == "database":
+    # No Redis for the app at all: the lease, locks and node reports live in the database.
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    CLUSTER_CRON = {"LEASE_BACKEND": "database", "CELERY_APP": "example_project.celery:app"}
 # Extra app settings as JSON, e.g. CLUSTER_CRON_JSON='{"LEASE_TTL": 2}' (the chaos suite uses it).
 CLUSTER_CRON.update(json.loads(os.environ.get("CLUSTER_CRON_JSON") or "{}"))
 

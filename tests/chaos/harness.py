@@ -2,16 +2,20 @@
 
     .venv/bin/python -m tests.chaos --seed 7 --duration 120
     CHAOS_DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres .venv/bin/python -m tests.chaos
+    DATABASE_URL=mysql://root@127.0.0.1:3306/test CHAOS_LEASE=database \
+        .venv/bin/python -m tests.chaos
 
-It creates a fresh PostgreSQL database (dropped at the end) and its own Redis server (lease,
-change channel and Celery broker) on a free port, migrates the example project, creates ~20 jobs
+It creates a fresh database on the server ``CHAOS_DATABASE_URL`` (else ``DATABASE_URL``, else the
+local PostgreSQL) names — PostgreSQL or MySQL/MariaDB — dropped at the end, and its own Redis
+server (the Celery broker, and with ``CHAOS_LEASE=redis``, the default, the lease and the change
+channel) on a free port, migrates the example project, creates ~20 jobs
 on every-second and every-few-seconds schedules with mixed catch-up and overlap policies, and runs
 3 ``run_scheduler`` nodes and 2 Celery workers of the example project. Their task body,
 ``demo.witness``, writes every execution (job, slot, attempt, pid, start, end) to
 ``demo.Execution`` — a record of what actually ran, separate from the run ledger.
 
 Faults come on a timetable drawn from the seed: SIGKILL the leader; SIGSTOP it past the lease TTL
-then SIGCONT; SIGTERM a node and start a new one; restart Redis; terminate every PostgreSQL
+then SIGCONT; SIGTERM a node and start a new one; restart Redis; terminate every database
 connection; SIGKILL a worker mid-task; publish duplicate copies of run messages to the broker.
 
 Then it stops the faults, lets the cluster settle, and checks, from the witness and the ledger:
@@ -42,7 +46,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from types import ModuleType
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "example_project"
@@ -55,6 +59,7 @@ SETTINGS = {
     "RUN_LOST_AFTER": 3,
     "OUTBOX_REPUBLISH_AFTER": 2,
     "CATCHUP_CAP": 200,
+    "LEASE_BACKEND": os.environ.get("CHAOS_LEASE", "redis"),
 }
 FAULTS = (
     "kill_leader",
@@ -75,6 +80,10 @@ def _devredis() -> ModuleType:
     sys.modules.setdefault("devredis", module)
     spec.loader.exec_module(module)
     return module
+
+
+def _is_mysql(url: str) -> bool:
+    return url.startswith(("mysql://", "mysql2://", "mariadb://"))
 
 
 @dataclass
@@ -107,11 +116,16 @@ class Chaos:
 
     def start_services(self) -> None:
         self.redis = _devredis().RedisServer().start()
-        admin_url = os.environ.get(
-            "CHAOS_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres"
+        admin_url = (
+            os.environ.get("CHAOS_DATABASE_URL")
+            or os.environ.get("DATABASE_URL")
+            or "postgres://postgres@127.0.0.1:5432/postgres"
         )
         name = f"dcc_chaos_{os.getpid()}_{uuid.uuid4().hex[:6]}"
-        self._admin_sql(admin_url, f'CREATE DATABASE "{name}"')
+        if _is_mysql(admin_url):
+            self._admin_sql(admin_url, f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
+        else:
+            self._admin_sql(admin_url, f'CREATE DATABASE "{name}"')
         parts = urlsplit(admin_url)
         self.db_url = urlunsplit(parts._replace(path=f"/{name}"))
         self._db_name, self._admin_url = name, admin_url
@@ -146,6 +160,21 @@ class Chaos:
         django.setup()
 
     def _admin_sql(self, url: str, sql: str) -> None:
+        if _is_mysql(url):
+            import MySQLdb
+
+            parts = urlsplit(url)
+            conn = MySQLdb.connect(
+                host=parts.hostname or "127.0.0.1",
+                port=parts.port or 3306,
+                user=unquote(parts.username or "root"),
+                password=unquote(parts.password or ""),
+            )
+            try:
+                conn.cursor().execute(sql)
+            finally:
+                conn.close()
+            return
         import psycopg
 
         with psycopg.connect(
@@ -165,7 +194,9 @@ class Chaos:
         connections.close_all()
         if self.redis is not None:
             self.redis.stop()
-        if self.db_url:
+        if self.db_url and _is_mysql(self._admin_url):
+            self._admin_sql(self._admin_url, f"DROP DATABASE IF EXISTS `{self._db_name}`")
+        elif self.db_url:
             self._admin_sql(
                 self._admin_url, f'DROP DATABASE IF EXISTS "{self._db_name}" WITH (FORCE)'
             )
@@ -319,14 +350,10 @@ class Chaos:
         return True
 
     def _terminate_backends(self) -> None:
-        from django.db import connection
+        from tests.integration.cluster import cut_other_connections
 
         for _ in range(3):
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
-                )
+            cut_other_connections()
             time.sleep(0.3)
 
     def _kill_a_busy_worker(self) -> bool:
@@ -342,9 +369,9 @@ class Chaos:
         return False
 
     def _duplicate_messages(self) -> None:
-        from django_cluster_cron.dispatch import CeleryDispatcher
         from django_cluster_cron.models import JobRun
-        from django_cluster_cron.store import OutboxMessage
+        from django_cluster_cron.scheduler.dispatch import CeleryDispatcher
+        from django_cluster_cron.scheduler.store import OutboxMessage
 
         recent = (
             JobRun.objects.select_related("job")
@@ -548,7 +575,10 @@ def main(argv: list[str] | None = None) -> int:
     def log(message: str) -> None:
         print(f"[chaos {time.monotonic() - started:6.1f}s] {message}", flush=True)
 
-    log(f"seed {args.seed}, {args.duration:g} s of faults, logs in {workdir}")
+    log(
+        f"seed {args.seed}, {args.duration:g} s of faults, lease {SETTINGS['LEASE_BACKEND']}, "
+        f"logs in {workdir}"
+    )
     report = Chaos(args.seed, args.duration, workdir, log).run()
     print()
     print(f"{'seed':<32} {args.seed:>8}")

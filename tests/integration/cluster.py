@@ -1,11 +1,13 @@
 """Real processes for the integration tests: `run_scheduler` nodes and Celery workers.
 
 Every process gets the test database and the suite's Redis through ``django_subprocess_env``,
-its own key prefix, extra app settings as JSON (``TEST_CLUSTER_CRON``) and a log file.
+its own key prefix, the lease backend of the test (``lease_kind``: Redis unless a test
+parametrizes it), extra app settings as JSON (``TEST_CLUSTER_CRON``) and a log file.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -14,6 +16,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -35,12 +38,77 @@ def wait_for(predicate: Callable[[], T], timeout: float, what: str) -> T:
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+LEASES = ["redis", "database"]
+
+
+def every_second_job(name: str = "tick", **fields: Any) -> Any:
+    """A validated ``* * * * * *`` job that catches up every slot of a short outage."""
+    from django_cluster_cron.models import JobDefinition
+
+    values: dict[str, Any] = {
+        "cron": "* * * * * *",
+        "timezone": "UTC",
+        "task": "tests.add",
+        "args": [1, 2],
+        "catchup_policy": "all",
+        "catchup_window": timedelta(minutes=5),
+    }
+    values.update(fields)
+    job = JobDefinition(name=name, **values)
+    job.full_clean()
+    job.save()
+    return job
+
+
+def assert_every_slot_once(job: Any) -> list[datetime]:
+    """Every second from the first recorded slot to the last has one run, and none is missed."""
+    from django_cluster_cron.models import JobRun, RunStatus
+
+    slots = list(
+        JobRun.objects.filter(job=job)
+        .order_by("scheduled_for")
+        .values_list("scheduled_for", flat=True)
+    )
+    assert slots, "no run recorded"
+    gaps = [(a, b) for a, b in itertools.pairwise(slots) if b - a != timedelta(seconds=1)]
+    assert not gaps, f"slots missing between {gaps[:3]}"
+    assert not JobRun.objects.filter(job=job, status=RunStatus.MISSED).exists()
+    return slots
+
+
+def cut_other_connections() -> int:
+    """Terminate every other session on the test database (the processes' connections)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            return len(cursor.fetchall())
+        if connection.vendor == "mysql":
+            cursor.execute(
+                "SELECT id FROM information_schema.processlist "
+                "WHERE db = DATABASE() AND id <> CONNECTION_ID()"
+            )
+            ids = [row[0] for row in cursor.fetchall()]
+            for pid in ids:
+                try:
+                    cursor.execute(f"KILL CONNECTION {int(pid)}")
+                except Exception:  # it ended by itself meanwhile
+                    continue
+            return len(ids)
+    raise NotImplementedError(f"cannot cut connections of a {connection.vendor} server")
+
+
 class Cluster:
-    def __init__(self, env: dict[str, str], logs: Path) -> None:
+    def __init__(self, env: dict[str, str], logs: Path, lease_kind: str = "redis") -> None:
         self.prefix = f"t{uuid.uuid4().hex[:8]}"
         self.env = env
         self.logs = logs
-        self.settings: dict[str, Any] = {"KEY_PREFIX": self.prefix}
+        self.lease_kind = lease_kind
+        self.settings: dict[str, Any] = {"KEY_PREFIX": self.prefix, "LEASE_BACKEND": lease_kind}
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def _spawn(
@@ -48,6 +116,9 @@ class Cluster:
     ) -> subprocess.Popen[bytes]:
         env = dict(self.env)
         env["TEST_CLUSTER_CRON"] = json.dumps({**self.settings, **extra.pop("settings", {})})
+        offset = extra.pop("clock_offset", None)
+        if offset is not None:
+            command, env = under_faketime(command, env, offset)
         env.update({k: str(v) for k, v in extra.items()})
         log = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 (lives as long as the process)
         proc = subprocess.Popen(
@@ -57,7 +128,11 @@ class Cluster:
         return proc
 
     def start(self, node: str, **extra: Any) -> subprocess.Popen[bytes]:
-        """A `run_scheduler` node with the short test TTL and poll interval."""
+        """A `run_scheduler` node with the short test TTL and poll interval.
+
+        ``clock_offset="+30s"`` runs it on a host clock that far off (Debian's faketime);
+        ``args=[...]`` adds command-line options; other keywords become environment variables.
+        """
         command = [
             sys.executable,
             "-m",
@@ -69,6 +144,7 @@ class Cluster:
             str(TTL),
             "--poll-interval",
             str(POLL),
+            *extra.pop("args", []),
         ]
         return self._spawn(node, command, extra)
 
@@ -115,10 +191,54 @@ class Cluster:
                 proc.wait()
 
 
+FAKETIME_SHIM = Path(__file__).resolve().parent / "faketime"
+# Debian's libfaketime (package faketime). Preloaded straight into the process rather than
+# through the `faketime` command, which forks and waits: a SIGKILL to it would leave the real
+# process running.
+LIBFAKETIME_DIRS = ("/usr/lib/x86_64-linux-gnu/faketime", "/usr/lib/aarch64-linux-gnu/faketime")
+
+
+def faketime_path() -> str | None:
+    """The libfaketime shared object, or None when Debian's faketime is not installed."""
+    for directory in LIBFAKETIME_DIRS:
+        candidate = Path(directory) / "libfaketime.so.1"
+        if candidate.exists():
+            return str(candidate)
+    return None
+
+
+def under_faketime(
+    command: list[str], env: dict[str, str], offset: str
+) -> tuple[list[str], dict[str, str]]:
+    """``command`` on a wall clock ``offset`` away from the real one (e.g. ``"+30s"``); the
+    monotonic clock stays real (see faketime/sitecustomize.py)."""
+    library = faketime_path()
+    if library is None:
+        raise RuntimeError("the clock-skew tests need Debian's faketime: apt-get install faketime")
+    env = dict(env)
+    env["LD_PRELOAD"] = library
+    env["FAKETIME"] = offset
+    env["FAKETIME_DONT_FAKE_MONOTONIC"] = "1"
+    env["PYTHONPATH"] = os.pathsep.join([str(FAKETIME_SHIM), env.get("PYTHONPATH", "")])
+    return command, env
+
+
 @pytest.fixture
-def cluster(django_subprocess_env: dict[str, str], tmp_path: Path, settings: Any) -> Any:
-    c = Cluster(django_subprocess_env, tmp_path)
-    # The test process reads the same keys (counters, locks) as the processes it starts.
-    settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "KEY_PREFIX": c.prefix}
+def lease_kind() -> str:
+    """The lease backend of a test's processes; parametrize it over ``LEASES`` to run both."""
+    return "redis"
+
+
+@pytest.fixture
+def cluster(
+    django_subprocess_env: dict[str, str], tmp_path: Path, settings: Any, lease_kind: str
+) -> Any:
+    c = Cluster(django_subprocess_env, tmp_path, lease_kind)
+    # The test process reads the same keys and rows (counters, locks) as the processes it starts.
+    settings.CLUSTER_CRON = {
+        **settings.CLUSTER_CRON,
+        "KEY_PREFIX": c.prefix,
+        "LEASE_BACKEND": lease_kind,
+    }
     yield c
     c.stop_all()

@@ -1,3 +1,3 @@
 """Fixtures shared by the integration tests."""
 
-from tests.integration.cluster import cluster  # noqa: F401 (a fixture)
+from tests.integration.cluster import cluster, lease_kind  # noqa: F401 (fixtures)

@@ -30,6 +30,13 @@ VALID = {
     "soft_time_limit": "",
     "time_limit": "",
     "on_worker_lost": "retry",
+    "start_at_0": "",
+    "start_at_1": "",
+    "end_at_0": "",
+    "end_at_1": "",
+    "max_runs": "",
+    "jitter": "0",
+    "pause_after_failures": "",
 }
 
 
@@ -98,3 +105,27 @@ def test_the_run_ledger_is_read_only(admin_client):
     assert response.status_code == 200
     assert admin_client.get(reverse("admin:django_cluster_cron_jobrun_add")).status_code == 403
     assert not JobRun.objects.exists()
+
+
+def test_the_ledger_says_why_a_slot_did_not_run_on_hover(admin_client):
+    """ "Why didn't this run?" answered from the run list: the reason is the status's tooltip."""
+    from django.utils import timezone
+
+    from django_cluster_cron.core.slots import task_id_for
+
+    post(admin_client)
+    job = JobDefinition.objects.get(name="report")
+    slot = timezone.now().replace(microsecond=0)
+    JobRun.objects.create(
+        job=job,
+        scheduled_for=slot,
+        task_id=task_id_for(job.pk, slot),
+        trigger="schedule",
+        status="skipped",
+        reason="overlap policy 'skip': the previous run is still waiting or running",
+    )
+    html = admin_client.get(reverse("admin:django_cluster_cron_jobrun_changelist")).content
+    assert (
+        b'title="overlap policy &#x27;skip&#x27;: the previous run is still waiting or running"'
+        in html
+    )

@@ -307,7 +307,7 @@ def test_junk_in_the_lease_key_does_not_stop_the_cluster_from_electing_a_leader(
                 break
             threading.Event().wait(0.05)
         assert scheduler.is_leader
-        from django_cluster_cron.status import cluster_status
+        from django_cluster_cron.ops.status import cluster_status
 
         status = cluster_status()
         assert status.redis_error == ""
@@ -317,20 +317,17 @@ def test_junk_in_the_lease_key_does_not_stop_the_cluster_from_electing_a_leader(
 
 
 def test_junk_on_the_change_channel_only_wakes_the_scheduler(settings):
-    from django_cluster_cron.changes import ChangeListener, channel_name, publish_change
+    from django_cluster_cron.leases.redis import RedisBackend
 
     settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "KEY_PREFIX": f"t{uuid.uuid4().hex[:8]}"}
-    listener = ChangeListener()
+    backend = RedisBackend()
+    listener = backend.sleeper(poll_interval=60)
     stop = threading.Event()
     try:
         listener.wait(0.1, stop)
-        from django_redis import get_redis_connection
-
-        get_redis_connection("default").publish(
-            channel_name(), b"\xff\x00" + json.dumps({"x": 1}).encode()
-        )
+        backend.client.publish(backend.channel(), b"\xff\x00" + json.dumps({"x": 1}).encode())
         assert listener.wait(5, stop) is True
-        publish_change("x" * 100_000)
+        backend.publish_change("x" * 100_000)
         assert listener.wait(5, stop) is True
     finally:
         listener.close()

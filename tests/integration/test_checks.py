@@ -85,6 +85,38 @@ def test_a_missing_cache_alias_is_e004(cron_settings):
     assert ids() == ["cluster_cron.E004"]
 
 
+def test_the_database_lease_needs_no_cache_at_all(settings):
+    settings.CACHES = {}
+    settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "LEASE_BACKEND": "database"}
+    settings.CLUSTER_CRON.pop("REDIS_ALIAS", None)
+    assert check_settings() == []
+
+
+def test_without_a_django_redis_cache_the_lease_defaults_to_the_database(settings):
+    from django_cluster_cron.leases import backend_name
+
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    settings.CLUSTER_CRON = {
+        k: v for k, v in settings.CLUSTER_CRON.items() if k not in ("REDIS_ALIAS", "LEASE_BACKEND")
+    }
+    assert backend_name() == "database"
+    assert check_settings() == []
+    # Naming a Redis alias says "I mean Redis": then a missing django-redis cache is an error.
+    settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "REDIS_ALIAS": "default"}
+    assert backend_name() == "redis"
+    assert [m.id for m in check_settings()] == ["cluster_cron.E005"]
+
+
+def test_an_unknown_lease_backend_is_e002_and_memory_is_w003(settings):
+    settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "LEASE_BACKEND": "zookeeper"}
+    [message] = check_settings()
+    assert message.id == "cluster_cron.E002"
+    assert "'redis', 'database', 'memory'" in message.msg
+    settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "LEASE_BACKEND": "memory"}
+    [message] = check_settings()
+    assert message.id == "cluster_cron.W003"
+
+
 def test_a_cache_that_is_not_django_redis_is_e005(settings):
     settings.CACHES = {
         **settings.CACHES,

@@ -15,6 +15,7 @@ from django.core.management import call_command
 from django.urls import reverse
 from django.utils import timezone
 
+from django_cluster_cron.core.clock import OffsetClock
 from django_cluster_cron.models import JobDefinition, JobRun, RunStatus, RunTrigger
 from django_cluster_cron.querycount import count_queries
 from django_cluster_cron.testing import NoWait
@@ -332,15 +333,32 @@ def test_the_runs_list_counts_at_most_the_cap(admin_client, monkeypatch):
 # -- cluster page -------------------------------------------------------------------------------
 
 
+def use_lease(settings, kind: str) -> None:
+    settings.CLUSTER_CRON = {
+        **settings.CLUSTER_CRON,
+        "KEY_PREFIX": f"t{uuid.uuid4().hex[:8]}",
+        "LEASE_BACKEND": kind,
+    }
+
+
+# The database lease writes its rows on a connection of its own: those tests must commit.
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("lease", ["redis", "database"])
 def test_the_cluster_page_shows_the_leader_nodes_runs_and_locks(
-    admin_client, settings, redis_client
+    admin_client, settings, redis_client, lease
 ):
     from django_cluster_cron.locks import ClusterLock
     from django_cluster_cron.scheduler import build_scheduler
 
-    settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "KEY_PREFIX": f"t{uuid.uuid4().hex[:8]}"}
+    use_lease(settings, lease)
 
-    scheduler = build_scheduler(node_id="node-alpha", sleeper=NoWait(), stop=threading.Event())
+    # Its host clock runs 30 s ahead of the database's: the page shows the offset it measured.
+    ahead = OffsetClock(
+        host=lambda: timezone.now() + timedelta(seconds=30), warn_after=timedelta(seconds=1)
+    )
+    scheduler = build_scheduler(
+        node_id="node-alpha", sleeper=NoWait(), stop=threading.Event(), clock=ahead
+    )
     lock = ClusterLock("nightly-report", ttl=30)
     try:
         scheduler.step()
@@ -361,12 +379,17 @@ def test_the_cluster_page_shows_the_leader_nodes_runs_and_locks(
     assert "Force release" in html
     assert "success" in html
     assert "failed" in html
+    offset = re.search(r'class="dcc-clock dcc-skewed">(\d+\.\d+) s \(skewed', html)
+    assert offset, html
+    assert abs(float(offset.group(1)) - 30) < 0.5
 
 
-def test_force_release_is_for_superusers_only(admin_client, operator, settings):
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("lease", ["redis", "database"])
+def test_force_release_is_for_superusers_only(admin_client, operator, settings, lease):
     from django_cluster_cron.locks import ClusterLock
 
-    settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "KEY_PREFIX": f"t{uuid.uuid4().hex[:8]}"}
+    use_lease(settings, lease)
     lock = ClusterLock("stuck-import", ttl=30)
     assert lock.acquire()
     try:

@@ -210,7 +210,8 @@ def _processes_with(marker: str) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="checks for orphans through /proc")
-def test_scripted_story_plays_to_the_end_and_leaves_no_process(tmp_path: Path) -> None:
+@pytest.mark.parametrize("lease", ["redis", "database"])
+def test_scripted_story_plays_to_the_end_and_leaves_no_process(tmp_path: Path, lease: str) -> None:
     marker = f"DEMO_TEST_MARKER={uuid.uuid4().hex}"
     env = {
         k: v
@@ -222,6 +223,7 @@ def test_scripted_story_plays_to_the_end_and_leaves_no_process(tmp_path: Path) -
         DATABASE_URL=f"sqlite:///{tmp_path / 'demo.sqlite3'}",
         DEMO_PORT=str(_free_port()),
         DEMO_TEST_MARKER=marker.split("=", 1)[1],
+        LEASE=lease,
     )
     result = subprocess.run(
         ["bash", str(ROOT / "scripts" / "demo.sh"), "--script"],
@@ -238,5 +240,9 @@ def test_scripted_story_plays_to_the_end_and_leaves_no_process(tmp_path: Path) -
     assert result.stdout.count("takeover by demo-") == 2, output
     assert "after the SIGKILL" in result.stdout
     assert "after the SIGTERM" in result.stdout
-    assert "nothing was dispatched while Redis was down" in result.stdout, output
+    if lease == "redis":
+        assert "nothing was dispatched while Redis was down" in result.stdout, output
+    else:
+        assert "kept the lease" in result.stdout, output
+        assert "lease: the database" in output, output
     assert _processes_with(marker) == []

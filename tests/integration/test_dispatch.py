@@ -1,9 +1,9 @@
 """The dispatcher's fast publish path against a real Redis broker, and the store's batch I/O.
 
-The dispatcher builds and sends messages without ``app.send_task`` (see dispatch.py); these tests
-hold it to sending what ``send_task`` sends, firing Celery's publish signals, and counting as
-published only what reached the broker. A real worker running these messages is covered by
-test_worker.py (``test_three_copies_to_two_workers_execute_the_body_once``) and
+The dispatcher builds and sends messages without ``app.send_task`` (see scheduler/dispatch.py);
+these tests hold it to sending what ``send_task`` sends, firing Celery's publish signals, and
+counting as published only what reached the broker. A real worker running these messages is
+covered by test_worker.py (``test_three_copies_to_two_workers_execute_the_body_once``) and
 test_scheduler_processes.py.
 """
 
@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 from celery.signals import after_task_publish, before_task_publish
 
-from django_cluster_cron import dispatch
-from django_cluster_cron.dispatch import (
+from django_cluster_cron.models import JobDefinition, JobRun, RunStatus
+from django_cluster_cron.scheduler import dispatch
+from django_cluster_cron.scheduler.dispatch import (
     EXECUTE_TASK,
     PUBLISH_RETRY_POLICY,
     CeleryDispatcher,
@@ -27,8 +28,7 @@ from django_cluster_cron.dispatch import (
     headers_for,
     routing_for,
 )
-from django_cluster_cron.models import JobDefinition, JobRun, RunStatus
-from django_cluster_cron.store import OutboxMessage, RunStore
+from django_cluster_cron.scheduler.store import OutboxMessage, RunStore
 
 pytestmark = pytest.mark.django_db(transaction=True)
 UTC = timezone.utc

@@ -65,6 +65,13 @@ def test_apply_creates_validated_jobs_and_can_disable_the_beat_originals(beat):
     )
     assert (job.queue, job.priority, job.expires) == ("reports", 5, 600)
     assert job.next_run_at is not None
+    [created] = job.changes.all()  # its history says where it came from
+    assert (created.action, created.via, created.actor) == (
+        "created",
+        "import",
+        "import_celery_beat",
+    )
+    assert "periodic task 'nightly report'" in created.note
     assert not PeriodicTask.objects.get(name="nightly report").enabled
     assert PeriodicTask.objects.get(name="every 7 min").enabled  # not imported: left alone
     again = run("--apply")

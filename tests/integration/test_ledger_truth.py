@@ -18,9 +18,9 @@ from django.utils import timezone
 from django_cluster_cron import signals
 from django_cluster_cron.celery_app import registered_task_names
 from django_cluster_cron.models import JobDefinition, JobRun, RunStatus
-from django_cluster_cron.store import RunStore
+from django_cluster_cron.scheduler.store import RunStore
 from django_cluster_cron.tasks import execute_run
-from django_cluster_cron.worker import CalledDirectly
+from django_cluster_cron.worker.execute import CalledDirectly
 from tests.integration.cluster import wait_for
 from tests.integration.test_worker import apply, make_job, make_run, publish
 from tests.testapp.celery import app
@@ -221,6 +221,18 @@ def test_messages_celery_discards_say_why_in_the_ledger(cluster):
         lambda: JobRun.objects.filter(pk=running.pk, status=RunStatus.RUNNING).exists(),
         30,
         "the long run to start",
+    )
+    # The worker's main process learns that a pool process took a message a moment after the
+    # body starts; a terminating revoke that arrives before that finds no task to terminate
+    # (Celery's "terminate: tasks unknown") and the body runs on. Revoke once it is listed.
+    wait_for(
+        lambda: any(
+            request.get("id") == running.task_id
+            for requests in (app.control.inspect(timeout=1).active() or {}).values()
+            for request in requests
+        ),
+        30,
+        "the worker to list the long run as active",
     )
     app.control.revoke(running.task_id, terminate=True)
 

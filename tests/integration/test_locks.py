@@ -1,4 +1,5 @@
-"""The cluster lock against real Redis, in this process and across real processes."""
+"""The cluster lock on each lease backend (Redis, the database), in this process and across real
+processes."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ import uuid
 import pytest
 import redis
 
+from django_cluster_cron.leases import get_backend
+from django_cluster_cron.leases.redis import RedisBackend
 from django_cluster_cron.locks import (
     SKIPPED,
     ClusterLock,
@@ -24,12 +27,31 @@ from django_cluster_cron.locks import (
 )
 from tests.integration.cluster import wait_for
 
+# The database backend's rows must be committed: other connections and processes read them.
+pytestmark = pytest.mark.django_db(transaction=True)
 
-@pytest.fixture
-def prefix(settings, redis_client):
+
+@pytest.fixture(params=["redis", "database"])
+def prefix(request, settings, redis_client):
+    """A fresh key prefix, and the lease backend of this run of the test."""
     value = f"t{uuid.uuid4().hex[:8]}"
-    settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "KEY_PREFIX": value}
+    settings.CLUSTER_CRON = {
+        **settings.CLUSTER_CRON,
+        "KEY_PREFIX": value,
+        "LEASE_BACKEND": request.param,
+    }
     return value
+
+
+def lock_holder(name: str) -> str | None:
+    return get_backend().lease(f"lock:{name}", "test", 1).holder()
+
+
+def subprocess_settings(prefix: str) -> str:
+    from django_cluster_cron.conf import app_settings
+
+    backend = app_settings.LEASE_BACKEND
+    return f'{{"KEY_PREFIX": "{prefix}", "LEASE_BACKEND": "{backend}"}}'
 
 
 def test_a_held_lock_makes_a_decorated_call_return_skipped(prefix):
@@ -81,29 +103,29 @@ def test_the_heartbeat_keeps_a_body_three_times_longer_than_the_ttl_locked(prefi
     assert ClusterLock("long", ttl=0.4).acquire()  # released when the body ended
 
 
-def test_at_least_keeps_the_lock_after_a_fast_body(prefix, redis_client):
+def test_at_least_keeps_the_lock_after_a_fast_body(prefix):
     @cluster_lock("atleast", ttl=5, at_least=1.0)
     def fast():
         return 1
 
     assert fast() == 1
     assert fast() is SKIPPED
-    remaining = redis_client.pttl(f"{prefix}:lock:atleast")
-    assert 0 < remaining <= 1000
+    remaining = get_backend().lease("lock:atleast", "test", 1).remaining()
+    assert 0 < (remaining or 0) <= 1
     wait_for(lambda: fast() == 1, 3, "the minimum hold to pass")
 
 
-def test_redis_unreachable_means_the_body_does_not_run(prefix, throwaway_redis):
+def test_redis_unreachable_means_the_body_does_not_run(throwaway_redis):
     client = redis.Redis.from_url(
         throwaway_redis.url, socket_timeout=0.3, socket_connect_timeout=0.3, retry_on_timeout=False
     )
     throwaway_redis.stop()
     ran = []
     with pytest.raises(LockUnavailable):
-        ClusterLock("down", ttl=1, client=client).acquire()
-    lock = cluster_lock("down", ttl=1, client=client, on_unavailable="skip")
+        ClusterLock("down", ttl=1, backend=RedisBackend(client=client)).acquire()
+    lock = cluster_lock("down", ttl=1, backend=RedisBackend(client=client), on_unavailable="skip")
     assert lock(lambda: ran.append(1))() is SKIPPED
-    strict = cluster_lock("down", ttl=1, client=client)
+    strict = cluster_lock("down", ttl=1, backend=RedisBackend(client=client))
     with pytest.raises(LockUnavailable):
         strict(lambda: ran.append(1))()
     assert ran == []
@@ -134,7 +156,7 @@ RACER = textwrap.dedent(
 def test_two_processes_racing_for_a_decorated_function_never_overlap(
     django_subprocess_env, prefix, redis_client
 ):
-    env = {**django_subprocess_env, "TEST_CLUSTER_CRON": f'{{"KEY_PREFIX": "{prefix}"}}'}
+    env = {**django_subprocess_env, "TEST_CLUSTER_CRON": subprocess_settings(prefix)}
     key = f"{prefix}:race-log"
     racers = [subprocess.Popen([sys.executable, "-c", RACER, key, "40"], env=env) for _ in range(2)]
     for racer in racers:
@@ -164,9 +186,9 @@ HOLDER = textwrap.dedent(
 
 @pytest.mark.slow
 def test_a_stale_holder_paused_past_its_ttl_cannot_release_the_new_holders_lock(
-    django_subprocess_env, prefix, redis_client
+    django_subprocess_env, prefix
 ):
-    env = {**django_subprocess_env, "TEST_CLUSTER_CRON": f'{{"KEY_PREFIX": "{prefix}"}}'}
+    env = {**django_subprocess_env, "TEST_CLUSTER_CRON": subprocess_settings(prefix)}
     old = subprocess.Popen(
         [sys.executable, "-c", HOLDER, "1"], env=env, stdout=subprocess.PIPE, text=True
     )
@@ -177,6 +199,6 @@ def test_a_stale_holder_paused_past_its_ttl_cannot_release_the_new_holders_lock(
     wait_for(new.acquire, 10, "the paused holder's lock to expire")
     os.kill(old.pid, signal.SIGCONT)
     assert old.wait(30) == 0  # it woke, finished its body and "released"
-    assert redis_client.get(f"{prefix}:lock:stale").decode() == new.token
+    assert lock_holder("stale") == new.token
     new.release()
-    assert redis_client.get(f"{prefix}:lock:stale") is None
+    assert lock_holder("stale") is None

@@ -96,6 +96,24 @@ def test_a_new_job_gets_its_next_run_and_owes_nothing_from_before_it_existed():
     assert (local.hour, local.minute) in {(2, 30), (3, 0)}
 
 
+def test_a_host_clock_running_ahead_does_not_move_the_watermark_past_unseen_slots(monkeypatch):
+    # A web host 30 s ahead saves an every-second job: a watermark from its clock would mark the
+    # next 30 slots as decided before any scheduler saw them. The database's clock sets it.
+    from django.utils import timezone as dj_timezone
+
+    from django_cluster_cron.dbtime import database_now
+
+    real_now = dj_timezone.now
+    monkeypatch.setattr(dj_timezone, "now", lambda: real_now() + timedelta(seconds=30))
+    job = make_job(cron="* * * * * *", timezone="UTC")
+    job.refresh_from_db()
+    assert abs((job.last_scheduled_at - database_now()).total_seconds()) < 2
+    job.pause()
+    job.resume()
+    job.refresh_from_db()
+    assert abs((job.last_scheduled_at - database_now()).total_seconds()) < 2
+
+
 def test_editing_the_cron_moves_next_run_and_restarts_the_watermark():
     job = make_job(cron="0 3 * * *")
     before = job.last_scheduled_at

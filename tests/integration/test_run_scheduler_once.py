@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from django_cluster_cron.lease import LeaderLease
+from django_cluster_cron.leases import LEADER, get_backend
 from django_cluster_cron.models import JobDefinition, JobRun, RunStatus
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
@@ -83,7 +83,7 @@ def test_dispatches_and_exits_zero(django_subprocess_env, redis_client):
 
 def test_standby_exits_zero_and_dispatches_nothing(django_subprocess_env, redis_client):
     job = due_job()
-    other = LeaderLease.from_settings("other-node", ttl=60)
+    other = get_backend().lease(LEADER, "other-node", ttl=60)
     assert other.try_acquire()
     try:
         done = run_once(django_subprocess_env)

@@ -16,16 +16,18 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 from django.db import connection
-from django.test.utils import CaptureQueriesContext
 from django.utils import timezone as dj_timezone
 
-from django_cluster_cron.changes import ChangeListener, publish_change
-from django_cluster_cron.dispatch import EXECUTE_TASK, CeleryDispatcher
-from django_cluster_cron.lease import LeaderLease
+from django_cluster_cron.leases import LEADER
+from django_cluster_cron.leases.database import DatabaseBackend
+from django_cluster_cron.leases.redis import RedisBackend
 from django_cluster_cron.models import JobDefinition, JobRun, RunStatus, RunTrigger
-from django_cluster_cron.scheduler import Scheduler
-from django_cluster_cron.store import RunStore
+from django_cluster_cron.querycount import count_queries
+from django_cluster_cron.scheduler.dispatch import EXECUTE_TASK, CeleryDispatcher
+from django_cluster_cron.scheduler.loop import Scheduler
+from django_cluster_cron.scheduler.store import RunStore
 from django_cluster_cron.testing import NoWait
+from tests.integration.leases import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 UTC = timezone.utc
@@ -42,19 +44,35 @@ class Clock:
         self.now += timedelta(seconds=seconds)
 
 
-@pytest.fixture
-def make_scheduler(redis_client, settings):
-    from django_redis import get_redis_connection
+# Tests that depend on the lease run once per backend: ``@pytest.mark.parametrize("lease_kind",
+# LEASES)``; the others use Redis.
+LEASES = ["redis", "database"]
 
-    settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "KEY_PREFIX": f"t{uuid.uuid4().hex[:8]}"}
-    client = get_redis_connection("default")
+
+@pytest.fixture
+def lease_kind() -> str:
+    return "redis"
+
+
+def backend_of(kind: str):
+    return RedisBackend() if kind == "redis" else DatabaseBackend()
+
+
+@pytest.fixture
+def make_scheduler(redis_client, settings, lease_kind):
+    settings.CLUSTER_CRON = {
+        **settings.CLUSTER_CRON,
+        "KEY_PREFIX": f"t{uuid.uuid4().hex[:8]}",
+        "LEASE_BACKEND": lease_kind,
+    }
+    backend = backend_of(lease_kind)
     made = []
 
     def make(node: str, clock: Clock, dispatcher=None, ttl: float = 5.0) -> Scheduler:
-        key = f"{settings.CLUSTER_CRON['KEY_PREFIX']}:leader"
         scheduler = Scheduler(
             node_id=node,
-            lease=LeaderLease(client, key, node, ttl),
+            lease=backend.lease(LEADER, node, ttl),
+            backend=backend,
             store=RunStore(),
             dispatcher=dispatcher or CeleryDispatcher(),
             sleeper=NoWait(),
@@ -118,6 +136,7 @@ def test_the_leader_records_each_due_slot_once_and_publishes_it_with_its_task_id
     assert len(queued_messages(redis_client)) == 1
 
 
+@pytest.mark.parametrize("lease_kind", LEASES)
 def test_a_second_node_stands_by_while_the_first_leads(make_scheduler, redis_client):
     clock = Clock(T0 + timedelta(seconds=0.5))
     job("every-minute", watermark=T0 - timedelta(seconds=30))
@@ -189,13 +208,19 @@ def test_overlap_skip_records_a_skipped_run_while_the_previous_one_is_active(mak
     assert "overlap policy 'skip'" in run.reason
 
 
-def test_a_stale_leader_is_fenced_out_and_writes_nothing(make_scheduler, redis_client):
+@pytest.mark.parametrize("lease_kind", LEASES)
+def test_a_stale_leader_is_fenced_out_and_writes_nothing(make_scheduler, redis_client, lease_kind):
     clock = Clock(T0 + timedelta(seconds=1))
-    old = make_scheduler("node-old", clock)
+    old = make_scheduler("node-old", clock, ttl=0.3)
     old.step()
     assert old.is_leader
-    # A newer leader takes over while the old one is paused (its lease expired meanwhile).
-    RunStore().claim_leadership("node-new", "token-new", clock())
+    # It renewed just before it paused, so on waking it believes its lease is fresh...
+    old._renew_at = old._lease_valid_until = float("inf")
+    # ...but its lease expired meanwhile and a newer leader took over.
+    new = backend_of(lease_kind).lease(LEADER, "node-new", 5)
+    assert wait_until(new.try_acquire, 3)
+    if lease_kind == "redis":
+        RunStore().claim_leadership("node-new", new.token, clock())
     job("due-now", watermark=T0 - timedelta(seconds=30))
 
     old.step()
@@ -226,6 +251,7 @@ def test_a_job_with_bad_data_is_reported_once_and_the_others_keep_running(make_s
     assert bad.next_run_at is None
 
 
+@pytest.mark.parametrize("lease_kind", LEASES)
 @pytest.mark.parametrize("jobs", [10, 300])
 def test_an_idle_tick_costs_the_same_queries_whatever_the_number_of_jobs(make_scheduler, jobs):
     clock = Clock(T0)
@@ -243,13 +269,14 @@ def test_an_idle_tick_costs_the_same_queries_whatever_the_number_of_jobs(make_sc
     scheduler = make_scheduler("node-a", clock)
     scheduler.step()  # acquire, first outbox sweep
     clock.advance(1)
-    with CaptureQueriesContext(connection) as queries:
+    with count_queries() as queries:  # Django's connection and the lease's own
         delay = scheduler.step()
-    assert len(queries) == IDLE_TICK_QUERIES, [q["sql"] for q in queries]
+    assert len(queries) == IDLE_TICK_QUERIES, [sql for sql, _ in queries.queries]
     assert delay > 0
 
 
-# The MIN(next_run_at) over the partial index that says nothing is due and how long to sleep.
+# One query: the current epoch, the database's clock and the MIN(next_run_at) over the partial
+# index that says nothing is due and how long to sleep.
 IDLE_TICK_QUERIES = 1
 
 
@@ -286,21 +313,37 @@ def test_runs_stay_pending_while_the_broker_is_down_and_the_outbox_sends_them_la
     assert {task_id for task_id, _ in pending} <= sent
 
 
-def test_a_change_signal_wakes_a_sleeping_scheduler_early(settings):
-    settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "KEY_PREFIX": f"t{uuid.uuid4().hex[:8]}"}
-    listener = ChangeListener()
+def change_backend(settings, kind):
+    settings.CLUSTER_CRON = {
+        **settings.CLUSTER_CRON,
+        "KEY_PREFIX": f"t{uuid.uuid4().hex[:8]}",
+        "LEASE_BACKEND": kind,
+    }
+    backend = backend_of(kind)
+    if kind == "database" and connection.vendor != "postgresql":
+        pytest.skip("only PostgreSQL has a change channel (LISTEN/NOTIFY); elsewhere they poll")
+    return backend
+
+
+@pytest.mark.parametrize("kind", LEASES)
+def test_a_change_signal_wakes_a_sleeping_scheduler_early(settings, kind):
+    backend = change_backend(settings, kind)
+    listener = backend.sleeper(poll_interval=60)
     stop = threading.Event()
     try:
         assert listener.wait(0.2, stop) is False  # subscribes; nothing published
-        threading.Timer(0.2, publish_change, args=["job:1"]).start()
+        threading.Timer(0.2, backend.publish_change, args=["job:1"]).start()
+        started = time.monotonic()
         assert listener.wait(10, stop) is True
+        assert time.monotonic() - started < 5
     finally:
         listener.close()
 
 
-def test_saving_a_job_publishes_a_change(settings):
-    settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "KEY_PREFIX": f"t{uuid.uuid4().hex[:8]}"}
-    listener = ChangeListener()
+@pytest.mark.parametrize("kind", LEASES)
+def test_saving_a_job_publishes_a_change(settings, kind):
+    backend = change_backend(settings, kind)
+    listener = backend.sleeper(poll_interval=60)
     stop = threading.Event()
     try:
         listener.wait(0.1, stop)
@@ -310,14 +353,26 @@ def test_saving_a_job_publishes_a_change(settings):
         listener.close()
 
 
+def test_without_a_change_channel_a_sleeper_wakes_each_poll_interval_to_look(settings):
+    from django_cluster_cron.leases.database import PollingSleeper
+
+    sleeper = PollingSleeper(poll_interval=0.2)
+    started = time.monotonic()
+    assert sleeper.wait(30, threading.Event()) is False
+    assert 0.15 < time.monotonic() - started < 2
+
+
 def test_a_queued_run_whose_message_the_broker_lost_is_sent_again_with_backoff(
     make_scheduler, redis_client, settings
 ):
     """Regression (chaos suite): a Redis restart without persistence emptied the broker queue
     and the runs stayed 'queued' forever."""
     settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "OUTBOX_REPUBLISH_AFTER": 0.2}
+    # Real time (the queued run's republish time is the database's); an hourly job, so that the
+    # half second the test moves on does not reach its next slot (an every-minute job did, at
+    # hh:mm:59.5).
     clock = Clock(dj_timezone.now())
-    job("lost-in-broker", watermark=clock.now - timedelta(seconds=61))
+    job("lost-in-broker", cron="0 * * * *", watermark=clock.now - timedelta(hours=1, seconds=1))
     scheduler = make_scheduler("node-a", clock)
     scheduler.step()
     run = JobRun.objects.get()
@@ -336,7 +391,7 @@ def test_a_queued_run_whose_message_the_broker_lost_is_sent_again_with_backoff(
 
 
 def test_the_republish_wait_doubles_per_copy_but_is_capped(settings):
-    from django_cluster_cron.store import OutboxMessage
+    from django_cluster_cron.scheduler.store import OutboxMessage
 
     settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "OUTBOX_REPUBLISH_AFTER": 10}
     made = job("backoff")

@@ -1,4 +1,5 @@
-"""Real `run_scheduler` processes against one Redis and one database: failover, pauses, crashes.
+"""Real `run_scheduler` processes against one database (and Redis, with the Redis lease):
+failover, pauses, crashes — with each lease backend.
 
 Short TTLs keep the file fast; the bounds asserted are the guarantee (DESIGN G3) plus a margin for
 a loaded CI machine. The measured numbers are printed by bench/failover.py.
@@ -6,20 +7,31 @@ a loaded CI machine. The measured numbers are printed by bench/failover.py.
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import signal
 import time
-from datetime import timedelta
 
 import pytest
 from django.utils import timezone
 
 from django_cluster_cron.models import JobDefinition, JobRun, RunStatus, SchedulerLease
-from tests.integration.cluster import POLL, TTL, wait_for
+from tests.integration.cluster import (
+    LEASES,
+    POLL,
+    TTL,
+    assert_every_slot_once,
+    cut_other_connections,
+    every_second_job,
+    wait_for,
+)
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+# Every test runs with each lease backend.
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(180),
+    pytest.mark.parametrize("lease_kind", LEASES),
+]
 
 MARGIN = 1.5  # process start-up and scheduling noise on a busy 2-core machine
 
@@ -27,34 +39,6 @@ MARGIN = 1.5  # process start-up and scheduling noise on a busy 2-core machine
 def leader() -> tuple[str, int] | None:
     row = SchedulerLease.objects.filter(name="leader").values_list("holder", "epoch").first()
     return row if row and row[0] else None
-
-
-def every_second_job(name: str = "tick") -> JobDefinition:
-    job = JobDefinition(
-        name=name,
-        cron="* * * * * *",
-        timezone="UTC",
-        task="tests.add",
-        args=[1, 2],
-        catchup_policy="all",
-        catchup_window=timedelta(minutes=5),
-    )
-    job.full_clean()
-    job.save()
-    return job
-
-
-def assert_every_slot_once(job):
-    slots = list(
-        JobRun.objects.filter(job=job)
-        .order_by("scheduled_for")
-        .values_list("scheduled_for", flat=True)
-    )
-    assert slots, "no run recorded"
-    gaps = [(a, b) for a, b in itertools.pairwise(slots) if b - a != timedelta(seconds=1)]
-    assert not gaps, f"slots missing between {gaps[:3]}"
-    assert not JobRun.objects.filter(job=job, status=RunStatus.MISSED).exists()
-    return slots
 
 
 def first_dispatch_by(node: str, job: JobDefinition):
@@ -150,9 +134,9 @@ def test_a_crash_between_recording_and_publishing_is_healed_by_the_outbox(cluste
 
 
 def test_a_redis_outage_pauses_dispatch_and_recovery_catches_up_every_slot(
-    cluster, throwaway_redis
+    cluster, throwaway_redis, lease_kind
 ):
-    cluster.env["REDIS_URL"] = throwaway_redis.url  # lease, change signal and broker
+    cluster.env["REDIS_URL"] = throwaway_redis.url  # the broker, and the lease if it is Redis's
     job = every_second_job()
     # Policy 'all' with a cap above the outage's slot count: every missed slot must be run.
     a = cluster.start("a", settings={"OUTBOX_REPUBLISH_AFTER": 1, "CATCHUP_CAP": 100})
@@ -162,7 +146,13 @@ def test_a_redis_outage_pauses_dispatch_and_recovery_catches_up_every_slot(
     assert a.poll() is None, "the scheduler must survive a Redis outage"
     during = JobRun.objects.filter(job=job).count()
     time.sleep(2)
-    assert JobRun.objects.filter(job=job).count() == during, "nothing is recorded without a lease"
+    if lease_kind == "redis":
+        assert JobRun.objects.filter(job=job).count() == during, "nothing recorded without a lease"
+    else:
+        # The database lease still holds: slots are recorded on time and wait in the outbox
+        # for the broker (Redis here) to come back.
+        assert JobRun.objects.filter(job=job).count() > during
+        assert JobRun.objects.filter(job=job, status=RunStatus.PENDING).exists()
     throwaway_redis.restart()
     wait_for(
         lambda: (
@@ -173,26 +163,28 @@ def test_a_redis_outage_pauses_dispatch_and_recovery_catches_up_every_slot(
         "recovery and catch-up",
     )
     log = cluster.log("a")
-    assert log.count("redis.down") == 1, log
-    assert "redis.up" in log
+    if lease_kind == "redis":
+        assert log.count("redis.down") == 1, log
+        assert "redis.up" in log
+    else:
+        assert "redis.down" not in log
+        assert "broker.down" in log
+        assert "broker.up" in log
+        assert "lease.lost" not in log
     assert_every_slot_once(job)
 
 
 def test_lost_database_connections_are_survived_and_every_slot_still_recorded(cluster):
     from django.db import connection
 
-    if connection.vendor != "postgresql":
-        pytest.skip("terminating server-side connections needs PostgreSQL")
+    if connection.vendor == "sqlite":
+        pytest.skip("SQLite has no server whose sessions could be cut")
     job = every_second_job()
     a = cluster.start("a", settings={"CATCHUP_CAP": 100})
     wait_for(lambda: first_dispatch_by("a", job), 15, "a to dispatch")
     deadline = time.monotonic() + 3
     while time.monotonic() < deadline:  # cut the scheduler's connections again and again
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
-            )
+        cut_other_connections()
         time.sleep(0.3)
     before = JobRun.objects.filter(job=job).count()
     wait_for(lambda: JobRun.objects.filter(job=job).count() > before + 2, 20, "dispatch to resume")

@@ -19,12 +19,12 @@ from django.db.models import Min
 from django.utils import timezone
 
 from django_cluster_cron import signals
-from django_cluster_cron.dispatch import CeleryDispatcher
 from django_cluster_cron.models import JobDefinition, JobRun, RunStatus, RunTrigger
-from django_cluster_cron.store import OutboxMessage
+from django_cluster_cron.scheduler.dispatch import CeleryDispatcher
+from django_cluster_cron.scheduler.store import OutboxMessage
 from django_cluster_cron.tasks import execute_run
-from django_cluster_cron.worker import duplicate_deliveries
-from tests.integration.cluster import wait_for
+from django_cluster_cron.worker.execute import duplicate_deliveries
+from tests.integration.cluster import cut_other_connections, wait_for
 from tests.testapp.models import Execution
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -270,11 +270,14 @@ def test_a_run_whose_worker_is_killed_mid_body_is_recovered_by_the_leader(cluste
     )
     run = make_run(job)
     publish(run)
+    # The body has started once its witness row exists (RUNNING is set by the claim, just
+    # before the body: a kill in between left no trace, and the retry slept like a first run).
     wait_for(
-        lambda: JobRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING).exists(),
+        lambda: Execution.objects.filter(label=f"killed-{policy}").exists(),
         30,
-        "the run to start",
+        "the body to start",
     )
+    assert JobRun.objects.get(pk=run.pk).status == RunStatus.RUNNING
     os.kill(doomed.pid, signal.SIGKILL)
     killed_at = time.monotonic()
     cluster.worker("survivor")
@@ -377,21 +380,17 @@ def test_the_heartbeat_reconnects_after_its_database_connection_is_cut(settings)
     the leader declared a healthy run lost and ran it again."""
     from django.db import connection
 
-    from django_cluster_cron.worker import RunHeartbeat
+    from django_cluster_cron.worker.heartbeat import RunHeartbeat
 
-    if connection.vendor != "postgresql":
-        pytest.skip("cutting server-side connections needs PostgreSQL")
+    if connection.vendor == "sqlite":
+        pytest.skip("SQLite has no server whose sessions could be cut")
     settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "RUN_HEARTBEAT_INTERVAL": 0.1}
     run = make_run(make_job(), status=RunStatus.RUNNING)
     heartbeat = RunHeartbeat(run.pk, run.attempt)
     heartbeat.start()
     try:
         wait_for(lambda: JobRun.objects.get(pk=run.pk).heartbeat_at, 5, "a first beat")
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
-            )
+        cut_other_connections()
         cut_at = timezone.now()
         wait_for(
             lambda: JobRun.objects.get(pk=run.pk).heartbeat_at > cut_at + timedelta(seconds=0.2),
@@ -408,8 +407,10 @@ def test_a_failure_that_killed_the_db_connection_is_still_recorded():
     'running' until the lost-run sweep, round after round."""
     from django.db import connection
 
-    if connection.vendor != "postgresql":
-        pytest.skip("terminating a server-side connection needs PostgreSQL")
+    if connection.vendor == "sqlite":
+        pytest.skip("SQLite has no server that could terminate a connection")
     run = apply(make_run(make_job(task="tests.cut_own_connection")))
     assert run.status == RunStatus.FAILED
-    assert "terminating connection" in run.error
+    # The server's own words for a killed session.
+    expected = "terminating connection" if connection.vendor == "postgresql" else "killed"
+    assert expected in run.error.lower() or "interrupted" in run.error.lower(), run.error

@@ -81,11 +81,14 @@ def whoami() -> list[Any]:
 
 @shared_task(name="tests.cut_own_connection")
 def cut_own_connection() -> None:
-    """Have PostgreSQL terminate this process's own connection (the body fails with it)."""
+    """Have the server terminate this process's own connection (the body fails with it)."""
     from django.db import connection
 
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+        if connection.vendor == "mysql":
+            cursor.execute("KILL CONNECTION CONNECTION_ID()")
+        else:
+            cursor.execute("SELECT pg_terminate_backend(pg_backend_pid())")
 
 
 @shared_task(name="tests.ignore")
@@ -120,3 +123,13 @@ def soft_limited(label: str, seconds: float, catch: bool = False) -> str:
             raise
         return "cleaned up after the soft time limit"
     return "finished in time"
+
+
+@shared_task(name="tests.witness_slot")
+def witness_slot(seconds: float = 0.0) -> int:
+    """Record one execution labelled with the slot it ran for (``<job>@<slot>``)."""
+    from django_cluster_cron.worker import current_run
+
+    run = current_run()
+    assert run is not None
+    return _witness(f"{run.job_id}@{run.scheduled_for.isoformat()}", seconds)

@@ -34,7 +34,7 @@ from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 import pytest
-from cronsim import CronSim
+from cronsim import CronSim, CronSimError
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
@@ -196,10 +196,15 @@ def parse_or_never(cron: str, zone: str) -> CronSchedule | None:
 @example(cron="0 0 * * 0-6,sat#3", zone="UTC", after=datetime(2024, 1, 1, tzinfo=UTC))
 @example(cron="1 1 */100,1-7 * MON", zone="Europe/Berlin", after=datetime(2024, 1, 1, tzinfo=UTC))
 @example(cron="0 0 * * 7/2", zone="America/New_York", after=datetime(2024, 1, 1, tzinfo=UTC))
+@example(cron="* * 30/1 2 *", zone="UTC", after=datetime(2000, 1, 1, tzinfo=UTC))
 def test_five_field_fire_times_agree_with_cronsim(cron, zone, after):
     schedule = parse_or_never(cron, zone)
     if schedule is None:
-        assert cronsim_times(cron, zone, after, 1) == []
+        try:
+            theirs = cronsim_times(cron, zone, after, 1)
+        except CronSimError:  # cronsim refuses it up front ("Bad day-of-month"): agreed
+            return
+        assert theirs == []
         return
     assume(zone not in OFF_THE_HOUR or schedule.wall_clock)
     assert_agrees(cron, zone, after)

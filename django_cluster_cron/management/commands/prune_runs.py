@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
 from django_cluster_cron.conf import app_settings
-from django_cluster_cron.models import JobRun, RunStatus
+from django_cluster_cron.models import JobChange, JobRun, RunStatus
 
 ACTIVE = (RunStatus.PENDING, RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.RETRYING)
 BAR_WIDTH = 30
@@ -26,6 +26,12 @@ class Command(BaseCommand):
         parser.add_argument("--batch-size", type=int, default=5000)
         parser.add_argument("--dry-run", action="store_true", help="Only count what would go.")
         parser.add_argument("--no-progress", action="store_true", help="No progress bar.")
+        parser.add_argument(
+            "--history-days",
+            type=int,
+            help="Also delete jobs' history (audit) entries older than this many days; kept "
+            "forever unless given.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         days = options["days"] if options["days"] is not None else app_settings.RUN_RETENTION_DAYS
@@ -33,9 +39,14 @@ class Command(BaseCommand):
             raise CommandError("--days must be 0 or more.")
         if options["batch_size"] < 1:
             raise CommandError("--batch-size must be at least 1.")
+        history_days = options["history_days"]
+        if history_days is not None and history_days < 0:
+            raise CommandError("--history-days must be 0 or more.")
         cutoff = timezone.now() - timedelta(days=days)
         old = JobRun.objects.filter(scheduled_for__lt=cutoff).exclude(status__in=ACTIVE)
         total = old.count()
+        if history_days is not None:
+            self._prune_history(timezone.now() - timedelta(days=history_days), options["dry_run"])
         if options["dry_run"]:
             self.stdout.write(
                 f"{total:,} runs older than {cutoff:%Y-%m-%d %H:%M}Z would be deleted."
@@ -54,6 +65,17 @@ class Command(BaseCommand):
         self.stdout.write(
             self.style.SUCCESS(f"Deleted {deleted:,} runs older than {cutoff:%Y-%m-%d %H:%M}Z.")
         )
+
+    def _prune_history(self, cutoff: datetime, dry_run: bool) -> None:
+        old = JobChange.objects.filter(at__lt=cutoff)
+        if dry_run:
+            count = old.count()
+            self.stdout.write(
+                f"{count:,} history entries older than {cutoff:%Y-%m-%d %H:%M}Z would be deleted."
+            )
+            return
+        count = old.delete()[0]
+        self.stdout.write(f"Deleted {count:,} history entries older than {cutoff:%Y-%m-%d %H:%M}Z.")
 
     def _progress(self, done: int, total: int) -> None:
         share = min(1.0, done / total) if total else 1.0

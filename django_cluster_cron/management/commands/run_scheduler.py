@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import threading
@@ -13,12 +14,12 @@ from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
 from django.db.migrations.executor import MigrationExecutor
 
 from django_cluster_cron.conf import NODE_ID_ENV, app_settings
-from django_cluster_cron.scheduler import build_scheduler, default_node_id
+from django_cluster_cron.scheduler.loop import build_scheduler, default_node_id
 
 # Health component name -> what the operator is told was unreachable.
 _COMPONENTS = {
     "redis": "Redis (the lease, via django-redis)",
-    "db": "the database",
+    "db": "the database (and the lease, with the database lease)",
     "broker": "the Celery broker",
 }
 
@@ -33,7 +34,8 @@ def _positive(value: str) -> float:
 class Command(BaseCommand):
     help = (
         "Run a cluster-cron scheduler node. Start one on as many hosts as you like: one leads "
-        "(Redis lease), the others stand by and take over within the lease TTL."
+        "(a lease in Redis or the database, LEASE_BACKEND), the others stand by and take over "
+        "within the lease TTL."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -51,6 +53,23 @@ class Command(BaseCommand):
             default="INFO",
             choices=["DEBUG", "INFO", "WARNING", "ERROR"],
             help="Level of the django_cluster_cron loggers (default INFO).",
+        )
+        parser.add_argument(
+            "--health-port",
+            type=int,
+            help="Serve /livez, /readyz and /healthz (JSON) on this port for probes "
+            "(0 picks a free one, logged as health.listening).",
+        )
+        parser.add_argument(
+            "--health-host",
+            default="0.0.0.0",
+            help="Address the health and metrics endpoints listen on (default 0.0.0.0).",
+        )
+        parser.add_argument(
+            "--metrics-port",
+            type=int,
+            help="Serve Prometheus metrics at /metrics on this port (needs the metrics extra; "
+            "0 picks a free one, logged as metrics.listening).",
         )
         parser.add_argument(
             "--once",
@@ -97,6 +116,36 @@ class Command(BaseCommand):
                 self.stdout.write("Another node holds the lease; nothing done.")
             return
 
+        from django_cluster_cron.ops.probe import ProbeServer, sd_notify
+
+        probe = None
+        if options["health_port"] is not None:
+            try:
+                probe = ProbeServer(
+                    scheduler, options["health_host"], options["health_port"]
+                ).start()
+            except OSError as exc:
+                raise CommandError(
+                    f"--health-port {options['health_port']}: cannot listen on "
+                    f"{options['health_host']}: {exc}"
+                ) from exc
+        if options["metrics_port"] is not None:
+            from django_cluster_cron.ops import metrics
+
+            if not metrics.enabled():
+                raise CommandError(
+                    "--metrics-port needs prometheus_client (pip install "
+                    "'django-cluster-cron[metrics]') and CLUSTER_CRON['METRICS'] left True."
+                )
+            try:
+                metrics.serve(options["metrics_port"], options["health_host"])
+            except OSError as exc:
+                raise CommandError(f"--metrics-port {options['metrics_port']}: {exc}") from exc
+        # Under systemd (Type=notify, WatchdogSec=): ready now, and a watchdog ping per pass.
+        sd_notify("READY=1")
+        if os.environ.get("WATCHDOG_USEC"):
+            scheduler.after_pass = lambda: sd_notify("WATCHDOG=1")
+
         def request_stop(signum: int, frame: Any) -> None:
             logging.getLogger("django_cluster_cron.scheduler").info(
                 "scheduler.stopping signal=%s", signal.Signals(signum).name
@@ -105,7 +154,11 @@ class Command(BaseCommand):
 
         signal.signal(signal.SIGTERM, request_stop)
         signal.signal(signal.SIGINT, request_stop)
-        scheduler.run()
+        try:
+            scheduler.run()
+        finally:
+            if probe is not None:
+                probe.stop()
 
 
 def _unapplied_migrations() -> list[str]:

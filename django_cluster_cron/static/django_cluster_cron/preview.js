@@ -1,5 +1,5 @@
-// Job form: refresh the "next runs" preview while the operator edits the cron or the zone,
-// so a schedule can be checked before it is saved. The server renders the fragment
+// Job form: refresh the "next runs" preview while the operator edits the cron, the zone, the
+// active period or the jitter, so a schedule can be checked before it is saved. The server renders the fragment
 // (JobDefinitionAdmin.preview_view); this only fetches it, debounced, newest answer wins.
 "use strict";
 (function () {
@@ -15,6 +15,16 @@
     function refresh() {
       var mine = ++asked;
       var query = new URLSearchParams({ cron: cron.value, timezone: zone.value });
+      // The active period and jitter change which slots run and when: send what the form holds.
+      ["start_at_0", "start_at_1", "end_at_0", "end_at_1", "jitter"].forEach(function (name) {
+        var input = document.getElementById("id_" + name);
+        if (input && input.value) {
+          query.set(name, input.value);
+        }
+      });
+      if (box.dataset.job) {
+        query.set("job", box.dataset.job);
+      }
       fetch(box.dataset.previewUrl + "?" + query.toString(), { credentials: "same-origin" })
         .then(function (response) {
           return response.ok ? response.text() : Promise.reject(response.status);
@@ -34,6 +44,13 @@
     }
     cron.addEventListener("input", soon);
     zone.addEventListener("change", soon);
+    ["start_at_0", "start_at_1", "end_at_0", "end_at_1", "jitter"].forEach(function (name) {
+      var input = document.getElementById("id_" + name);
+      if (input) {
+        input.addEventListener("input", soon);
+        input.addEventListener("change", soon);
+      }
+    });
   }
   if (document.readyState === "loading") {
     document.addEventListener("DOMContentLoaded", init);

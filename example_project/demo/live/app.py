@@ -87,6 +87,12 @@ class Demo:
     # -- processes ---------------------------------------------------------------------------
 
     @property
+    def lease_backend(self) -> str:
+        from django_cluster_cron.leases import backend_name
+
+        return backend_name()
+
+    @property
     def owns_redis(self) -> bool:
         return self.options.own_redis_port is not None
 
@@ -279,6 +285,7 @@ class Demo:
             database=database_label(),
             redis=redis_label,
             lease_ttl=self.options.lease_ttl,
+            lease=self.lease_backend,
             log_dir=str(self.log_dir),
             nodes=[n for n in nodes if n in alive or n in dead],
             services=services,

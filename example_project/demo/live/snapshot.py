@@ -1,8 +1,8 @@
 """What the cluster is doing right now, read the way the admin's cluster page reads it.
 
 Leader, lease time left, epoch and the node reports come from
-:func:`django_cluster_cron.status.cluster_status`; jobs and runs from the ORM. A snapshot is plain
-data, so the view and the narrator need no database.
+:func:`django_cluster_cron.ops.status.cluster_status`; jobs and runs from the ORM. A snapshot is
+plain data, so the view and the narrator need no database.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from django.utils.dateparse import parse_datetime
 
 from django_cluster_cron.describe import describe
 from django_cluster_cron.models import JobDefinition, JobRun, RunStatus
-from django_cluster_cron.status import cluster_status
+from django_cluster_cron.ops.status import cluster_status
 
 RECENT_RUNS = 14
 

@@ -2,8 +2,10 @@
 
 Runs succeed; the leader is SIGKILLed and a standby takes over and dispatches; the new leader is
 SIGTERMed and hands over at once; Redis stops (only the demo's own) and comes back, and the
-cluster catches up. Each wait has a bound; the first one missed ends the story with what did not
-happen and the tail of the logs that would say why.
+cluster catches up. With the database lease Redis is only the broker: the leader keeps leading
+through its outage, and the slots it records wait in the outbox until the broker is back. Each
+wait has a bound; the first one missed ends the story with what did not happen and the tail of
+the logs that would say why.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import signal
 import time
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.utils import timezone
 
@@ -84,7 +86,9 @@ class Story:
         self.failover(signal.SIGKILL, within=ttl + 20)
         self.line("now stop the new leader with SIGTERM (a deploy): it hands the lease over")
         self.failover(signal.SIGTERM, within=20)
-        if self.demo.owns_redis:
+        if self.demo.owns_redis and self.demo.lease_backend == "database":
+            self.broker_outage()
+        elif self.demo.owns_redis:
             self.redis_outage(ttl)
         else:
             self.line(
@@ -119,22 +123,58 @@ class Story:
             f"{signum.name} ({bound}); first run sent {max(sent, 0):.1f} s after it was due"
         )
 
-    def redis_outage(self, ttl: float) -> None:
-        before = self.latest()
-        assert before is not None
-        self.line(
-            f"now stop Redis for {REDIS_OUTAGE:g} s: no lease can be held, nothing dispatches"
-        )
+    def outage(
+        self, what: str, seen: Callable[[Snapshot, datetime], bool]
+    ) -> tuple[datetime, datetime]:
+        """Stop the demo's Redis for REDIS_OUTAGE seconds once ``seen`` holds; (stop, restart)."""
         self.demo.toggle_redis()
         stopped = timezone.now()
-        self.wait("the outage is seen", lambda s: bool(s.redis_error), within=10)
+        self.wait(what, lambda s: seen(s, stopped), within=REDIS_OUTAGE + 5)
         self.wait(
             "the outage lasts",
             lambda s: (s.now - stopped).total_seconds() >= REDIS_OUTAGE,
             within=REDIS_OUTAGE + 5,
         )
         self.demo.toggle_redis()
-        restarted = timezone.now()
+        return stopped, timezone.now()
+
+    def broker_outage(self) -> None:
+        before = self.latest()
+        assert before is not None
+        self.line(
+            f"now stop Redis for {REDIS_OUTAGE:g} s: with the database lease it is only the broker,"
+            " so the leader keeps its lease and records every slot; they wait in the outbox"
+        )
+        stopped, restarted = self.outage(
+            "slots recorded while the broker is down",
+            lambda s, stopped: snapshot.run_count(status="pending", scheduled_for__gt=stopped) >= 2,
+        )
+        self.wait(
+            "the outbox publishes the waiting runs and they succeed",
+            lambda s: (
+                snapshot.run_count(status="success", scheduled_for__gt=stopped) >= 2
+                and not snapshot.run_count(status="pending", scheduled_for__lt=restarted)
+            ),
+            60,
+        )
+        latest = self.latest()
+        assert latest is not None
+        if latest.epoch != before.epoch:
+            raise StoryFailed("leadership changed during a broker outage; the lease should hold")
+        self.line(
+            f"{latest.holder} kept the lease (epoch {latest.epoch}) through the outage; every "
+            "slot recorded meanwhile was published when the broker came back"
+        )
+
+    def redis_outage(self, ttl: float) -> None:
+        before = self.latest()
+        assert before is not None
+        self.line(
+            f"now stop Redis for {REDIS_OUTAGE:g} s: no lease can be held, nothing dispatches"
+        )
+        stopped, restarted = self.outage(
+            "the outage is seen", lambda s, stopped: bool(s.redis_error)
+        )
         # A leader may still publish until its lease would have run out (the broker need not be
         # this Redis); after that, nothing may be dispatched until Redis is back.
         dispatched_while_down = snapshot.run_count(

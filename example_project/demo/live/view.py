@@ -51,6 +51,7 @@ class Scene:
     nodes: list[tuple[str, int, str]]  # (node id, pid, process state), in start order
     services: list[tuple[str, str]]  # (name, state): worker, web, redis
     notice: str = ""
+    lease: str = "redis"  # the lease backend: "redis" or "database"
 
 
 def _ago(now: datetime, then: datetime | None) -> str:
@@ -82,15 +83,22 @@ def header(scene: Scene) -> Panel:
     text.append("  login ", style="dim")
     text.append(scene.login, style="bold")
     text.append("   (jobs, runs and the cluster page)\n")
+    base = scene.admin_url.removesuffix("admin/")
+    text.append("API ", style="dim")
+    text.append(f"{base}cron/api/docs/", style="underline cyan")
+    text.append("  health ", style="dim")
+    text.append(f"{base}cron/health/", style="underline cyan")
+    text.append("\n")
     text.append("DB ", style="dim")
     text.append(scene.database)
     text.append("   Redis ", style="dim")
     text.append(scene.redis)
     text.append("\n")
+    lease = "database" if scene.lease == "database" else "Redis"
     text.append(
-        f"Each scheduler node tries to hold a Redis lease (TTL {scene.lease_ttl:g} s here, 10 s by "
-        "default). The leader records every due slot as a run and sends it to Celery; the other "
-        "stands by and takes over when the leader dies. Try it:\n",
+        f"Each scheduler node tries to hold a {lease} lease (TTL {scene.lease_ttl:g} s here, 10 s "
+        "by default). The leader records every due slot as a run and sends it to Celery; the "
+        "other stands by and takes over when the leader dies. Try it:\n",
         style="italic",
     )
     for key, what in (

@@ -65,7 +65,7 @@ class PublishFailed(Exception):
 class CeleryDispatcher:
     def __init__(self, app: Celery | None = None, *, pipeline: bool = True) -> None:
         if app is None:
-            from .celery_app import get_celery_app
+            from ..celery_app import get_celery_app
 
             app = get_celery_app()
         self.app = app

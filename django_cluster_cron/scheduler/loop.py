@@ -1,12 +1,13 @@
 """The scheduler loop: standby until the lease is won, then dispatch due slots until it is lost.
 
 One :class:`Scheduler` runs in each ``manage.py run_scheduler`` process. A standby only tries to
-take the Redis lease. The leader, each step: renews the lease when due (a failed or lost renewal
-means "stop acting as leader now" — back to standby, never a crash); plans and records due slots
-in fenced batches and publishes them; re-publishes runs recorded but never published; then sleeps
-until the earliest of the next due slot, the next renewal, the next outbox sweep or a change
-signal. Outages of Redis, the database or the broker are logged once per state change and
-retried with backoff; nothing is dispatched without a current lease and a current epoch.
+take the lease (Redis or the database, see :mod:`django_cluster_cron.leases`). The leader, each
+step: renews the lease when due (a failed or lost renewal means "stop acting as leader now" —
+back to standby, never a crash); plans and records due slots in fenced batches and publishes
+them; re-publishes runs recorded but never published; then sleeps until the earliest of the next
+due slot, the next renewal, the next outbox sweep or a change signal. Outages of the lease's
+backend, the database or the broker are logged once per state change and retried with backoff;
+nothing is dispatched without a current lease and a current epoch.
 """
 
 from __future__ import annotations
@@ -18,21 +19,26 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from django.db import DatabaseError, connections
 from django.utils import timezone
 
-from .conf import NODE_ID_ENV, app_settings
+from ..conf import NODE_ID_ENV, app_settings
+from ..core.clock import OffsetClock, SkewChange, format_offset
+from ..leases import LEADER, Lease, LeaseBackend, LeaseUnavailable, get_backend
+from ..ops import metrics
 from .dispatch import PublishFailed
-from .lease import LeaderLease, LeaseUnavailable
 from .store import FencedOut, OutboxMessage, RunStore
 
 logger = logging.getLogger("django_cluster_cron.scheduler")
 
 BACKOFF_START = 0.5
 BACKOFF_MAX = 10.0
+# A standby reads the database's clock this often (a leader does in every idle tick), so that it
+# knows its offset before it leads and the cluster page shows it.
+STANDBY_CLOCK_CHECK = 30.0
 
 
 def default_node_id() -> str:
@@ -50,17 +56,24 @@ class Sleeper(Protocol):
     def close(self) -> None: ...
 
 
+# What each backend's outage is logged as (``redis.down``, ``db.down``).
+DEPENDENCY = {"redis": "redis", "database": "db"}
+
+
 class Health:
     """Logs one line when a dependency goes down or comes back, and paces retries."""
 
     def __init__(self) -> None:
         self._down: dict[str, float] = {}
+        # When (monotonic) each component that is down went down: the health probe reads it.
+        self.down_since: dict[str, float] = {}
 
     def down(self, component: str, error: BaseException) -> float:
         """Record a failure; return how long to back off."""
         backoff = self._down.get(component)
         if backoff is None:
             logger.error("%s.down error=%s", component, _one_line(error))
+            self.down_since[component] = time.monotonic()
             backoff = BACKOFF_START
         else:
             backoff = min(backoff * 2, BACKOFF_MAX)
@@ -69,6 +82,7 @@ class Health:
 
     def up(self, component: str) -> None:
         if self._down.pop(component, None) is not None:
+            self.down_since.pop(component, None)
             logger.warning("%s.up", component)
 
     def is_down(self, component: str) -> bool:
@@ -85,22 +99,29 @@ class Scheduler:
         self,
         *,
         node_id: str,
-        lease: LeaderLease,
+        lease: Lease,
         store: RunStore,
         dispatcher: Dispatcher,
         sleeper: Sleeper,
-        clock: Callable[[], datetime] = timezone.now,
+        clock: Callable[[], datetime] | None = None,
         renew_interval: float | None = None,
         poll_interval: float | None = None,
         batch_size: int | None = None,
         stop: threading.Event | None = None,
+        backend: LeaseBackend | None = None,
     ) -> None:
         self.node_id = node_id
         self.lease = lease
+        self.backend = backend or get_backend()
+        self.lease_dependency = DEPENDENCY.get(self.backend.name, self.backend.name)
         self.store = store
         self.dispatcher = dispatcher
         self.sleeper = sleeper
-        self.clock = clock
+        # "Now" is the database's time (DESIGN G7): the host clock corrected by the offset the
+        # idle query measures. Tests pass a plain callable to drive time themselves.
+        self.clock: Callable[[], datetime] = clock or OffsetClock(
+            host=timezone.now, warn_after=app_settings.CLOCK_SKEW_WARNING
+        )
         self.renew_interval = renew_interval or min(app_settings.RENEW_INTERVAL, lease.ttl / 3)
         self.poll_interval = poll_interval or app_settings.POLL_INTERVAL
         self.batch_size = batch_size or app_settings.BATCH_SIZE
@@ -115,8 +136,12 @@ class Scheduler:
         self._sweep_at = 0.0
         self._reported_invalid: set[int] = set()
         self._reported_at = 0.0
+        self._clock_checked_at = 0.0
         self.last_tick: datetime | None = None
         self.last_lag: float | None = None
+        # When (monotonic) the last pass of the loop ended: liveness for the health probe.
+        self.last_pass: float | None = None
+        self.after_pass: Callable[[], object] | None = None
 
     @property
     def is_leader(self) -> bool:
@@ -125,7 +150,12 @@ class Scheduler:
     # -- the loop --------------------------------------------------------------------------
 
     def run(self) -> None:
-        logger.info("scheduler.started node=%s ttl=%.1fs", self.node_id, self.lease.ttl)
+        logger.info(
+            "scheduler.started node=%s ttl=%.1fs lease=%s",
+            self.node_id,
+            self.lease.ttl,
+            self.backend.name,
+        )
         try:
             while not self.stop.is_set():
                 delay = self.step()
@@ -155,21 +185,29 @@ class Scheduler:
         """One pass (and a status report for the cluster page); returns how long to sleep."""
         delay = self._step()
         self._report()
+        self.last_pass = time.monotonic()
+        metrics.get().ticks.inc()
+        if self.after_pass is not None:
+            self.after_pass()
         return delay
 
     def _report(self) -> None:
-        """Publish this node's state for the admin's cluster page (at most once a second)."""
-        if time.monotonic() - self._reported_at < 1.0:
+        """Publish this node's state for the admin's cluster page (every ``report_interval``)."""
+        if time.monotonic() - self._reported_at < self.backend.report_interval:
             return
         self._reported_at = time.monotonic()
-        from .status import report_node
+        from ..ops.status import report_node
 
+        offset = self.clock_offset
         report_node(
-            self.lease.client,
+            self.backend,
             node_id=self.node_id,
             epoch=self.epoch,
+            seen=self.clock(),
             last_tick=self.last_tick,
             lag=self.last_lag,
+            clock_offset=None if offset is None else offset.total_seconds(),
+            clock_skewed=bool(getattr(self.clock, "skewed", False)),
             ttl=max(30.0, self.poll_interval * 3, self.lease.ttl * 3),
         )
 
@@ -181,15 +219,23 @@ class Scheduler:
         after a database error.
         """
         if not self.is_leader:
+            self._check_clock_as_standby()
             delay = self._try_lead()
             if not self.is_leader:
                 return delay
         if time.monotonic() >= self._renew_at and not self._renew():
             return 0.0
         try:
-            # The idle path is this one indexed query, whatever the number of jobs.
+            # The idle path is this one query, whatever the number of jobs: the epoch, the
+            # database's clock and the earliest next run (an indexed MIN).
+            sent = self._host_now()
+            state = self.store.idle_state()
+            self._observe_clock(state.db_now if state else None, sent)
+            if state is None or (state.epoch, state.token) != (self.epoch, self.lease.token):
+                self._report_epoch_change(state)
+                raise FencedOut(self.epoch or 0)
             self.last_tick = self.clock()
-            next_due = self.store.next_due_at()
+            next_due = state.next_due
             if next_due is not None and next_due <= self.clock():
                 self._dispatch_due()
                 next_due = self.store.next_due_at()
@@ -207,30 +253,101 @@ class Scheduler:
         self.health.up("db")
         return self._sleep_for(next_due)
 
+    # -- the database's clock ----------------------------------------------------------------
+
+    @property
+    def clock_offset(self) -> timedelta | None:
+        """This host's clock minus the database's, once measured (None before, or for a test
+        clock)."""
+        if isinstance(self.clock, OffsetClock) and self.clock.measured:
+            return self.clock.offset
+        return None
+
+    def _host_now(self) -> datetime:
+        if isinstance(self.clock, OffsetClock):
+            return self.clock.host()
+        return self.clock()
+
+    def _observe_clock(self, db_now: datetime | None, sent: datetime) -> None:
+        """Learn the offset from a database time read between ``sent`` and now; log a change."""
+        if db_now is None or not isinstance(self.clock, OffsetClock):
+            return
+        change = self.clock.observe(db_now, sent, self._host_now())
+        metrics.get().clock_offset.labels(node=self.node_id).set(self.clock.offset.total_seconds())
+        self._clock_checked_at = time.monotonic()
+        offset = format_offset(self.clock.offset)
+        if change is SkewChange.SKEWED:
+            logger.warning(
+                "clock.skew node=%s offset=%s (this host's clock minus the database's; slots "
+                "are decided by the database's clock)",
+                self.node_id,
+                offset,
+            )
+        elif change is SkewChange.SYNCED:
+            logger.info("clock.synced node=%s offset=%s", self.node_id, offset)
+
+    def _check_clock_as_standby(self) -> None:
+        if time.monotonic() - self._clock_checked_at < STANDBY_CLOCK_CHECK:
+            return
+        if not isinstance(self.clock, OffsetClock):
+            return
+        from ..dbtime import database_now
+
+        sent = self._host_now()
+        try:
+            db_now = database_now()
+        except DatabaseError as exc:  # the leader's path reports the database; try later
+            logger.debug("clock.check_failed node=%s error=%s", self.node_id, exc)
+            _reset_connections()
+            self._clock_checked_at = time.monotonic()
+            return
+        self._observe_clock(db_now, sent)
+
     # -- leadership ------------------------------------------------------------------------
 
+    def _report_epoch_change(self, state: Any) -> None:
+        """The leader row no longer names this node's epoch and token: say what happened."""
+        if state is not None and self.epoch is not None and state.epoch < self.epoch:
+            # Epochs only grow: this row was edited or restored from a backup. The token check
+            # keeps any older leader's writes out; this node steps down and takes a new epoch.
+            logger.error(
+                "lease.epoch_went_back node=%s epoch=%s row_epoch=%s (the leader row was edited "
+                "by hand or restored; stepping down)",
+                self.node_id,
+                self.epoch,
+                state.epoch,
+            )
+
     def _try_lead(self) -> float:
-        # The lease's TTL runs from when Redis set it, which is after this instant: dating its
-        # validity from here errs on the safe side (a slow reply shortens it, never extends it).
+        # The lease's TTL runs from when its backend set it, which is after this instant: dating
+        # its validity from here errs on the safe side (a slow reply shortens it, never extends).
         started = time.monotonic()
         try:
             acquired = self.lease.try_acquire()
         except LeaseUnavailable as exc:
-            return self.health.down("redis", exc)
-        self.health.up("redis")
+            return self.health.down(self.lease_dependency, exc)
+        self.health.up(self.lease_dependency)
         if not acquired:
             return self.poll_interval
         try:
-            self.epoch = self.store.claim_leadership(self.node_id, self.lease.token, self.clock())
+            if self.backend.fences_in_lease:
+                # The acquiring UPDATE bumped the epoch on the lease's own row.
+                epoch = self.store.join_leadership(self.lease.token)
+            else:
+                epoch = self.store.claim_leadership(self.node_id, self.lease.token, self.clock())
         except DatabaseError as exc:
             _reset_connections()
             self._quiet_release()
             return self.health.down("db", exc)
         self.health.up("db")
+        if epoch is None:  # the row changed hands between the two statements: not ours
+            return self.poll_interval
+        self.epoch = epoch
         self._lease_valid_until = started + self.lease.ttl
         self._renew_at = started + self.renew_interval
         self._sweep_at = 0.0
         logger.info("lease.acquired node=%s epoch=%s", self.node_id, self.epoch)
+        self._show_role()
         return 0.0
 
     def _renew(self) -> bool:
@@ -239,13 +356,16 @@ class Scheduler:
             renewed = self.lease.renew()
         except LeaseUnavailable as exc:
             # We cannot prove we still hold the lease: stop acting as leader now.
-            self.health.down("redis", exc)
-            self._step_down("redis unreachable")
+            self.health.down(self.lease_dependency, exc)
+            metrics.get().lease_renewals.labels(result="failed").inc()
+            self._step_down(f"{self.lease_dependency} unreachable")
             return False
-        self.health.up("redis")
+        self.health.up(self.lease_dependency)
         if not renewed:
+            metrics.get().lease_renewals.labels(result="lost").inc()
             self._step_down("lease taken or expired")
             return False
+        metrics.get().lease_renewals.labels(result="ok").inc()
         self._lease_valid_until = started + self.lease.ttl
         self._renew_at = started + self.renew_interval
         return True
@@ -253,14 +373,19 @@ class Scheduler:
     def _step_down(self, reason: str) -> None:
         logger.warning("lease.lost node=%s epoch=%s reason=%s", self.node_id, self.epoch, reason)
         self.epoch = None
+        self._show_role()
+
+    def _show_role(self) -> None:
+        found = metrics.get()
+        found.leader.labels(node=self.node_id).set(1 if self.is_leader else 0)
+        found.lease_epoch.set(self.epoch or 0)
 
     def _release(self, reason: str) -> None:
         epoch, self.epoch = self.epoch, None
+        self._show_role()
         released = self._quiet_release()
         if released:
-            from .changes import publish_change
-
-            publish_change("lease:released")
+            self.backend.publish_change("lease:released")
         logger.info(
             "lease.released node=%s epoch=%s reason=%s released=%s",
             self.node_id,
@@ -295,9 +420,21 @@ class Scheduler:
             _fault_point("after_record")
             if batch.missed or batch.skipped:
                 logger.info("runs.recorded missed=%s skipped=%s", batch.missed, batch.skipped)
+            self._count_slots(batch)
             self._publish(batch.messages)
             if batch.jobs < self.batch_size:
                 return
+
+    def _count_slots(self, batch: Any) -> None:
+        slots = metrics.get().slots
+        for trigger in ("schedule", "catchup"):
+            recorded = sum(1 for m in batch.messages if m.trigger == trigger)
+            if recorded:
+                slots.labels(outcome=trigger).inc(recorded)
+        if batch.missed:
+            slots.labels(outcome="missed").inc(batch.missed)
+        if batch.skipped:
+            slots.labels(outcome="skipped").inc(batch.skipped)
 
     def _recover_lost(self) -> None:
         assert self.epoch is not None
@@ -306,7 +443,8 @@ class Scheduler:
         )
         if not lost:
             return
-        from . import signals
+        from .. import signals
+        from ..worker import failures
 
         for item in lost:
             logger.warning(
@@ -317,8 +455,10 @@ class Scheduler:
                 item.reason,
             )
             signals.send(signals.run_lost, item.run, retried=item.retried, reason=item.reason)
+            metrics.get().runs_lost.labels(retried=str(item.retried).lower()).inc()
             if not item.retried:
                 signals.send(signals.run_failed, item.run, error=None)
+                failures.note_failure(item.run.job)
         self._publish([OutboxMessage.for_run(item.run) for item in lost if item.retried])
 
     def _republish_stale(self) -> None:
@@ -327,7 +467,13 @@ class Scheduler:
         )
         if stale:
             logger.warning("runs.republish count=%s", len(stale))
+            metrics.get().republished.inc(len(stale))
             self._publish(stale)
+        found = metrics.get()
+        if found is not metrics.NULL:  # one indexed query per sweep, only when it is exported
+            oldest = self.store.oldest_pending_slot(self.clock())
+            age = 0.0 if oldest is None else (self.clock() - oldest).total_seconds()
+            found.oldest_pending.set(max(age, 0.0))
 
     def _publish(self, messages: list[OutboxMessage]) -> None:
         if not messages or self.epoch is None:
@@ -337,13 +483,16 @@ class Scheduler:
         except PublishFailed as exc:  # the rest stay pending: the outbox sends them later
             self.health.down("broker", exc.cause)
             published = exc.published
+            metrics.get().publish_failures.inc(len(messages) - len(published))
         else:
             self.health.up("broker")
         sent_ids = set(published)  # membership tests below: a batch is hundreds of messages
         on_time = [m for m in messages if m.task_id in sent_ids and m.trigger == "schedule"]
         if on_time:
             now = self.clock()
-            self.last_lag = max((now - m.scheduled_for).total_seconds() for m in on_time)
+            lags = [(now - m.scheduled_for).total_seconds() for m in on_time]
+            self.last_lag = max(lags)
+            metrics.observe_each(metrics.get().publish_latency, lags)
         if logger.isEnabledFor(logging.INFO):  # a burst: thousands of lines nobody may log
             for message in messages:
                 if message.task_id in sent_ids:
@@ -398,19 +547,23 @@ def build_scheduler(
     stop: threading.Event | None = None,
     **overrides: Any,
 ) -> Scheduler:
-    """A scheduler wired to the project's Redis, database and Celery app."""
-    from .changes import ChangeListener
+    """A scheduler wired to the project's lease backend, database and Celery app."""
     from .dispatch import CeleryDispatcher
 
     node = node_id or default_node_id()
-    lease = LeaderLease.from_settings(node, ttl=ttl)
+    backend: LeaseBackend = overrides.pop("backend", None) or get_backend()
+    lease = backend.lease(LEADER, node, app_settings.LEASE_TTL if ttl is None else ttl)
+    sleeper = overrides.pop("sleeper", None) or backend.sleeper(
+        poll_interval or app_settings.POLL_INTERVAL
+    )
     return Scheduler(
         node_id=node,
         lease=lease,
         store=overrides.pop("store", None) or RunStore(),
         dispatcher=overrides.pop("dispatcher", None) or CeleryDispatcher(),
-        sleeper=overrides.pop("sleeper", None) or ChangeListener(),
+        sleeper=sleeper,
         poll_interval=poll_interval,
         stop=stop,
+        backend=backend,
         **overrides,
     )

@@ -2,12 +2,14 @@
 
 Every write a leader makes goes through :meth:`RunStore.fenced`, which opens a transaction whose
 first statement is ``UPDATE scheduler_lease SET last_write_at = now WHERE name = 'leader' AND
-epoch = <mine>``. If a newer leader has taken over, no row matches and :class:`FencedOut` is
-raised before anything is written. If the row matches, the statement holds the row's lock until
-commit (PostgreSQL row lock; SQLite's database write lock), so a newer leader's epoch bump waits
-for this transaction and every later one of the old leader fails. Together with the unique
+epoch = <mine> AND token = <mine>``. If a newer leader has taken over, no row matches and
+:class:`FencedOut` is raised before anything is written. If the row matches, the statement holds
+the row's lock until commit (PostgreSQL and InnoDB row lock; SQLite's database write lock), so a
+newer leader's epoch bump waits for this transaction and every later one of the old leader
+fails. The token makes the fence hold even if the epoch column is edited backwards by hand: an
+old leader's epoch may come round again, its token never does. Together with the unique
 constraint on (job, scheduled_for) this is what makes "one run per slot" hold when two processes
-both believe they lead; the Redis lease only keeps that situation rare.
+both believe they lead; the lease only keeps that situation rare.
 """
 
 from __future__ import annotations
@@ -18,27 +20,39 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from django.db import transaction
-from django.db.models import Case, F, Min, Q, QuerySet, Value, When
+from django.db import connections, router, transaction
+from django.db.models import (
+    Case,
+    DateTimeField,
+    F,
+    Func,
+    Min,
+    Q,
+    QuerySet,
+    Subquery,
+    Value,
+    When,
+)
 
-from .conf import app_settings
-from .core.catchup import SlotPlan, plan_slots
-from .core.overlap import OverlapPolicy, overlap_refusal
-from .core.slots import task_id_for
-from .fastinsert import insert_ignoring_conflicts
-from .models import (
+from ..conf import app_settings
+from ..core.catchup import CatchupPolicy, SlotPlan, plan_slots
+from ..core.overlap import OverlapPolicy, overlap_refusal
+from ..core.slots import task_id_for
+from ..dbtime import DbNow, as_utc
+from ..leases.base import LEADER
+from ..models import (
     JobDefinition,
     JobRun,
     RunStatus,
     RunTrigger,
     SchedulerLease,
 )
+from .fastinsert import insert_ignoring_conflicts
 
 logger = logging.getLogger("django_cluster_cron.scheduler")
 
-LEADER = "leader"
 # The re-publish wait doubles with each copy up to 2**4 = 16 x OUTBOX_REPUBLISH_AFTER (8 minutes
 # with the default 30 s): bounded copies for a long backlog, a bounded delay for a lost message.
 REPUBLISH_BACKOFF_DOUBLINGS = 4
@@ -46,6 +60,13 @@ REPUBLISH_BACKOFF_DOUBLINGS = 4
 # one UPDATE per pair.
 GROUPED_UPDATE_LIMIT = 8
 WAITING_STATUSES = (RunStatus.PENDING, RunStatus.QUEUED, RunStatus.RETRYING)
+
+
+class IdleState(NamedTuple):
+    epoch: int
+    token: str
+    db_now: datetime
+    next_due: datetime | None
 
 
 class FencedOut(Exception):
@@ -217,6 +238,20 @@ def run_row(
     return RunRow(job.pk, slot, task_id_for(job.pk, slot), trigger, status, reason[:255])
 
 
+def missed_reason(policy: str) -> str:
+    """Why a slot was recorded ``missed``, in words an operator reads in the ledger."""
+    late = "late: no scheduler was leading, or it fell behind"
+    if policy == CatchupPolicy.ALL.value:
+        cap = app_settings.CATCHUP_CAP
+        return f"{late}; catch-up 'all' runs only the newest {cap} late slots"
+    if policy == CatchupPolicy.LATEST.value:
+        return f"{late}; catch-up 'latest' runs only the newest late slot"
+    if policy == CatchupPolicy.NONE.value:
+        grace = app_settings.ON_TIME_GRACE.total_seconds()
+        return f"{late}; catch-up 'none' runs only slots under {grace:g} s late"
+    return f"{late}; catch-up policy '{policy}'"
+
+
 def _advance(jobs: Sequence[JobDefinition]) -> None:
     """Write the jobs' new ``last_scheduled_at``/``next_run_at``.
 
@@ -225,33 +260,73 @@ def _advance(jobs: Sequence[JobDefinition]) -> None:
     row (whose expression building dominated a 10,000-job burst). Many distinct pairs fall back
     to ``bulk_update``, one statement per batch.
     """
-    groups: dict[tuple[datetime | None, datetime | None], list[int]] = {}
+    groups: dict[tuple[datetime | None, datetime | None, int | None], list[int]] = {}
     for job in jobs:
-        groups.setdefault((job.last_scheduled_at, job.next_run_at), []).append(job.pk)
+        # A job with a run limit also writes its count (the row is locked: the value is exact).
+        count = job.scheduled_runs if job.max_runs is not None else None
+        groups.setdefault((job.last_scheduled_at, job.next_run_at, count), []).append(job.pk)
     if len(groups) > GROUPED_UPDATE_LIMIT:
-        JobDefinition.all_objects.bulk_update(jobs, ["last_scheduled_at", "next_run_at"])
+        fields = ["last_scheduled_at", "next_run_at", "scheduled_runs"]
+        JobDefinition.all_objects.bulk_update(jobs, fields)
         return
-    for (last, next_run), ids in groups.items():
-        JobDefinition.all_objects.filter(pk__in=ids).update(
-            last_scheduled_at=last, next_run_at=next_run
-        )
+    for (last, next_run, count), ids in groups.items():
+        values: dict[str, Any] = {"last_scheduled_at": last, "next_run_at": next_run}
+        if count is not None:
+            values["scheduled_runs"] = count
+        JobDefinition.all_objects.filter(pk__in=ids).update(**values)
+
+
+def _idle_query() -> Any:
+    first = (
+        JobDefinition.objects.filter(enabled=True)
+        .order_by()
+        .annotate(m=Func(F("next_run_at"), function="MIN", output_field=DateTimeField()))
+        .values("m")
+    )
+    return (
+        SchedulerLease.objects.filter(name=LEADER)
+        .annotate(db_now=DbNow(), next_due=Subquery(first))
+        .order_by()
+        .values_list("epoch", "token", "db_now", "next_due")[:1]
+    )
 
 
 class RunStore:
     """ORM implementation of the scheduler's storage; one instance per scheduler process."""
 
+    def __init__(self) -> None:
+        # The owner token of the lease this process leads with; fenced writes compare it.
+        self.token: str | None = None
+        self._idle_sql: dict[str, tuple[str, tuple[object, ...]]] = {}
+
     # -- leadership ------------------------------------------------------------------------
 
     def claim_leadership(self, node_id: str, token: str, now: datetime) -> int:
-        """Increment the fencing epoch for this node and return the new value."""
+        """Increment the fencing epoch for this node and return the new value (the lease
+        backend did not: Redis, memory)."""
         with transaction.atomic():
             SchedulerLease.objects.get_or_create(name=LEADER)
             SchedulerLease.objects.filter(name=LEADER).update(
-                epoch=F("epoch") + 1, holder=node_id, token=token, acquired_at=now
+                epoch=F("epoch") + 1, holder=node_id, token=token, acquired_at=DbNow()
             )
-            return int(
+            epoch = int(
                 SchedulerLease.objects.filter(name=LEADER).values_list("epoch", flat=True).get()
             )
+        self.token = token
+        return epoch
+
+    def join_leadership(self, token: str) -> int | None:
+        """The epoch the database lease's acquiring UPDATE gave ``token`` (None if the row no
+        longer holds it)."""
+        epoch = (
+            SchedulerLease.objects.filter(name=LEADER, token=token)
+            .values_list("epoch", flat=True)
+            .first()
+        )
+        if epoch is None:
+            return None
+        self.token = token
+        return int(epoch)
 
     def current_epoch(self) -> int | None:
         row = SchedulerLease.objects.filter(name=LEADER).values_list("epoch", flat=True).first()
@@ -260,14 +335,52 @@ class RunStore:
     @contextmanager
     def fenced(self, epoch: int, now: datetime) -> Iterator[None]:
         """A transaction that only commits writes of the current leader (see module doc)."""
+        mine: dict[str, object] = {"name": LEADER, "epoch": epoch}
+        if self.token is not None:
+            mine["token"] = self.token
         with transaction.atomic():
-            if not SchedulerLease.objects.filter(name=LEADER, epoch=epoch).update(
-                last_write_at=now
-            ):
+            if not SchedulerLease.objects.filter(**mine).update(last_write_at=now):
                 raise FencedOut(epoch)
             yield
 
     # -- reading ---------------------------------------------------------------------------
+
+    def idle_state(self) -> IdleState | None:
+        """One query for the idle tick: the current epoch and token, the database's clock and
+        the earliest ``next_run_at`` (an indexed MIN); None if the leader row is gone.
+
+        The statement is compiled once per connection and reused: building it through the ORM
+        each tick cost several times what the database spends running it.
+        """
+        connection = connections[router.db_for_read(SchedulerLease)]
+        compiled = self._idle_sql.get(connection.alias)
+        if compiled is None:
+            compiled = self._idle_sql[connection.alias] = _idle_query().query.sql_with_params()
+        with connection.cursor() as cursor:
+            cursor.execute(*compiled)
+            row = cursor.fetchone()
+        if row is None:
+            return None
+        epoch, token, db_now, next_due = row
+        return IdleState(
+            int(epoch),
+            str(token),
+            as_utc(db_now),
+            None if next_due is None else as_utc(next_due),
+        )
+
+    def oldest_pending_slot(self, now: datetime) -> datetime | None:
+        """The slot of the oldest run due but not taken by a worker (pending or queued): an
+        index seek per status on (status, scheduled_for)."""
+        slots = [
+            JobRun.objects.filter(status=status, scheduled_for__lte=now)
+            .order_by("scheduled_for")
+            .values_list("scheduled_for", flat=True)
+            .first()
+            for status in (RunStatus.PENDING, RunStatus.QUEUED)
+        ]
+        found = [as_utc(slot) for slot in slots if slot is not None]
+        return min(found) if found else None
 
     def next_due_at(self) -> datetime | None:
         """The earliest ``next_run_at`` of any scheduled job: one indexed query."""
@@ -306,20 +419,24 @@ class RunStore:
                     job.next_run_at = None
                     advanced.append(job)
                     continue
-                last, rules = job.last_scheduled_at or now, job.catchup_rules()
-                key = (job.cron, job.timezone, last, rules)
+                last, rules, timing = (
+                    job.last_scheduled_at or now,
+                    job.catchup_rules(),
+                    job.timing(),
+                )
+                key = (job.cron, job.timezone, last, rules, timing)
                 plan = plans.get(key)
                 if plan is None:
                     plan = plans[key] = plan_slots(
-                        job.schedule, last_scheduled_at=last, now=now, rules=rules
+                        job.schedule, last_scheduled_at=last, now=now, rules=rules, timing=timing
                     )
                 rows.extend(self._rows_for(job, plan, activity, result))
                 job.last_scheduled_at = plan.watermark
-                job.next_run_at = plan.next_run_at
+                job.next_run_at = None if job.runs_exhausted else plan.next_run_at
                 advanced.append(job)
             result.jobs = len(jobs)
             insert_ignoring_conflicts(
-                JobRun, ROW_FIELDS, rows, {"dispatched_by": node_id, "epoch": epoch}
+                JobRun, ROW_FIELDS, rows, {"dispatched_by": node_id, "epoch": epoch}, now=now
             )
             _advance(advanced)
             pending_ids = [r.task_id for r in rows if r.status == RunStatus.PENDING]
@@ -387,6 +504,15 @@ class RunStore:
         rows: list[RunRow] = []
         counts = activity.setdefault(job.pk, Counter())
         for planned in plan.runs:
+            if job.runs_exhausted:
+                # Slots after the last allowed run are not the job's any more (it finished).
+                logger.info(
+                    "job.finished job=%s runs=%s max_runs=%s",
+                    job.pk,
+                    job.scheduled_runs,
+                    job.max_runs,
+                )
+                break
             refusal = overlap_refusal_for(job, counts)
             if refusal:
                 result.skipped += 1
@@ -395,7 +521,9 @@ class RunStore:
                 )
             else:
                 rows.append(run_row(job, planned.slot, planned.trigger.value, RunStatus.PENDING))
-        reason = f"catch-up policy '{job.catchup_policy}'"
+                if job.max_runs is not None:
+                    job.scheduled_runs += 1
+        reason = missed_reason(job.catchup_policy)
         missed = [
             run_row(job, slot, RunTrigger.CATCHUP, RunStatus.MISSED, reason) for slot in plan.missed
         ]
@@ -449,11 +577,13 @@ class RunStore:
             groups.setdefault((message.publish_count, due), []).append(message.task_id)
         # One UPDATE per group (a burst is one group): ``pending`` becomes ``queued`` in the same
         # statement that sets the re-publish bookkeeping, so each row is written once.
+        # ``queued_at`` comes before ``status``: MySQL/MariaDB evaluate SET left to right, each
+        # assignment seeing the ones before it, and its CASE must read the old status.
         pending = Q(status=RunStatus.PENDING)
         for (count, due), task_ids in groups.items():
             JobRun.objects.filter(task_id__in=task_ids, status__in=WAITING_STATUSES).update(
-                status=Case(When(pending, then=Value(RunStatus.QUEUED)), default=F("status")),
                 queued_at=Case(When(pending, then=Value(now)), default=F("queued_at")),
+                status=Case(When(pending, then=Value(RunStatus.QUEUED)), default=F("status")),
                 publish_count=count + 1,
                 republish_at=due,
             )

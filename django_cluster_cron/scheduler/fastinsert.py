@@ -14,6 +14,7 @@ backend's parameter limit.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from django.db import connections, router
@@ -54,12 +55,14 @@ def insert_ignoring_conflicts(
     varying: Sequence[str],
     rows: Sequence[Sequence[object]],
     constants: Mapping[str, object],
+    now: datetime | None = None,
 ) -> None:
     """Insert ``rows`` (values of the ``varying`` attnames, in order) with ``constants``.
 
     Every other column gets what the ORM would write for a new instance built with
-    ``constants``: its default, or ``now`` for ``auto_now``/``auto_now_add`` (one instant per
-    call, where ``bulk_create`` reads the clock per row). A row that conflicts with an existing
+    ``constants``: its default, or the current time for ``auto_now``/``auto_now_add`` (one
+    instant per call, where ``bulk_create`` reads the clock per row) — ``now`` if given (the
+    scheduler passes the database's time). A row that conflicts with an existing
     one on any unique constraint is left out, the existing row left alone.
     """
     if not rows:
@@ -88,6 +91,10 @@ def insert_ignoring_conflicts(
             # e.g. a uuid4 default: a fresh value per row, as per-instance defaults give.
             per_row.append((index, f, None))
             shared.append(None)
+        elif now is not None and (
+            getattr(f, "auto_now", False) or getattr(f, "auto_now_add", False)
+        ):
+            shared.append(f.get_db_prep_save(now, connection))
         else:
             shared.append(f.get_db_prep_save(f.pre_save(template, True), connection))
     ops = connection.ops

@@ -11,7 +11,7 @@
    and skips any further one.
 3. **Run** — the job's registered task is called in-process with the job's args and kwargs while a
    heartbeat thread stamps ``heartbeat_at``; the leader declares a run whose heartbeat stops
-   *lost* (see :meth:`django_cluster_cron.store.RunStore.recover_lost`).
+   *lost* (see :meth:`django_cluster_cron.scheduler.store.RunStore.recover_lost`).
 4. **Record** — ``success`` with a short result and duration only when the body returned; on an
    exception either the next attempt (same run, ``attempt + 1``, status ``retrying``,
    re-published with a countdown of exponential backoff with jitter) or, after the last attempt,
@@ -35,7 +35,6 @@ import functools
 import logging
 import os
 import socket
-import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -46,21 +45,32 @@ from celery.exceptions import Ignore, Reject, SoftTimeLimitExceeded
 from django.db import InterfaceError, OperationalError, connection
 from django.utils import timezone
 
-from . import signals
-from .conf import app_settings
-from .core.retry import retry_delay
-from .dbtime import DbNow
-from .locks import ClusterLock, LockUnavailable
-from .models import JobDefinition, JobRun, RunStatus
+from .. import signals
+from ..conf import app_settings
+from ..core.retry import retry_delay
+from ..dbtime import DbNow
+from ..leases.lock import ClusterLock, LockUnavailable
+from ..models import JobDefinition, JobRun, RunStatus
+from ..ops import metrics
+from . import failures
+from .heartbeat import RunHeartbeat
+from .statements import CLAIMABLE, claim_run, finish_run
 
 logger = logging.getLogger("django_cluster_cron.worker")
 
 RESULT_LIMIT = 1000
-CLAIMABLE = (RunStatus.PENDING, RunStatus.QUEUED, RunStatus.RETRYING)
+
+
+_worker_name: tuple[int, str] = (0, "")
 
 
 def worker_name() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """``host:pid`` of this process (computed once per process)."""
+    global _worker_name
+    pid = os.getpid()
+    if _worker_name[0] != pid:
+        _worker_name = (pid, f"{socket.gethostname()}:{pid}")
+    return _worker_name[1]
 
 
 _current_run: contextvars.ContextVar[JobRun | None] = contextvars.ContextVar(
@@ -133,10 +143,14 @@ def execute(task: Any, run_id: object, attempt: object) -> None:
         return
     assert isinstance(run_id, int)
     assert isinstance(attempt, int)
+    claiming = time.perf_counter()
     run = _with_fresh_connection(lambda: claim(run_id, task.request.id, attempt))
     if run is None:
         count_duplicate(run_id, task.request.id)
         return
+    found = metrics.get()
+    found.claim.observe(time.perf_counter() - claiming)
+    found.runs.labels(outcome="claimed").inc()
     timer = RunTimer(run.started_at or timezone.now())
     try:
         outcome = _run_claimed(task, run)
@@ -244,43 +258,26 @@ def _is_id(value: object) -> bool:
 
 def claim(run_id: int, task_id: str, attempt: int) -> JobRun | None:
     """Take the run for this delivery (one delivery can win); stamps are database time."""
-    claimed = JobRun.objects.filter(
-        pk=run_id, task_id=task_id, attempt=attempt, status__in=CLAIMABLE
-    ).update(
-        status=RunStatus.RUNNING,
-        started_at=DbNow(),
-        heartbeat_at=DbNow(),
-        worker=worker_name(),
-        finished_at=None,
-        duration=None,
-        retry_at=None,
-    )
-    if not claimed:
-        return None
-    run: JobRun = JobRun.objects.select_related("job").get(pk=run_id)
-    return run
+    return claim_run(run_id, task_id, attempt, worker_name())
+
+
+DUPLICATES = "duplicate_deliveries"
 
 
 def count_duplicate(run_id: object, task_id: object) -> None:
     """A delivery that lost the claim: log it and bump the cluster-wide counter."""
-    logger.info("run.duplicate_delivery run=%s task_id=%s", run_id, task_id)
-    try:
-        from django_redis import get_redis_connection
+    from ..leases import get_backend
 
-        get_redis_connection(app_settings.REDIS_ALIAS).incr(
-            f"{app_settings.KEY_PREFIX}:stats:duplicate_deliveries"
-        )
-    except Exception as exc:  # a statistic: never worth failing the message for
-        logger.debug("stats.incr_failed error=%s", exc)
+    logger.info("run.duplicate_delivery run=%s task_id=%s", run_id, task_id)
+    metrics.get().duplicates.inc()
+    get_backend().incr(DUPLICATES)
 
 
 def duplicate_deliveries() -> int:
-    from django_redis import get_redis_connection
+    """Deliveries dropped by the claim, cluster-wide, since the counter was created."""
+    from ..leases import get_backend
 
-    value = get_redis_connection(app_settings.REDIS_ALIAS).get(
-        f"{app_settings.KEY_PREFIX}:stats:duplicate_deliveries"
-    )
-    return int(value or 0)
+    return get_backend().counter(DUPLICATES)
 
 
 # -- overlap ---------------------------------------------------------------------------------
@@ -317,13 +314,34 @@ def _finish(run: JobRun, timer: RunTimer, **fields: Any) -> bool:
     """
     duration = timer.elapsed()
     fields.setdefault("duration", duration)
-    updated = JobRun.objects.filter(
-        pk=run.pk, status=RunStatus.RUNNING, attempt=run.attempt
-    ).update(finished_at=DbNow(), **fields)
+    updated = finish_run(run.pk, run.attempt, fields)
     for name, value in fields.items():
         setattr(run, name, value)
     run.finished_at = timer.started_at + duration
+    if updated:
+        _count_outcome(run, fields["status"], duration)
     return bool(updated)
+
+
+# What the metrics call each final status the worker writes.
+OUTCOMES = {
+    RunStatus.SUCCESS: "succeeded",
+    RunStatus.FAILED: "failed",
+    RunStatus.RETRYING: "retried",
+    RunStatus.SKIPPED: "skipped",
+    RunStatus.CANCELLED: "cancelled",
+    RunStatus.MISSED: "expired",
+}
+
+
+def _count_outcome(run: JobRun, status: str, duration: timedelta | None) -> None:
+    found = metrics.get()
+    found.runs.labels(outcome=OUTCOMES.get(status, status)).inc()
+    if duration is not None and status != RunStatus.SKIPPED:  # a skipped body did not run
+        job = found.job_label(run.job.name) if found is not metrics.NULL else ""
+        found.run_duration.labels(job=job).observe(duration.total_seconds())
+        if status == RunStatus.SUCCESS and run.finished_at is not None:
+            found.last_success.labels(job=job).set(run.finished_at.timestamp())
 
 
 def _skip(run: JobRun, timer: RunTimer, reason: str) -> None:
@@ -335,6 +353,7 @@ def _skip(run: JobRun, timer: RunTimer, reason: str) -> None:
 def _succeed(run: JobRun, timer: RunTimer, result: Any) -> None:
     if _finish(run, timer, status=RunStatus.SUCCESS, result=_short(result), error=""):
         logger.info("run.succeeded run=%s job=%s attempt=%s", run.pk, run.job_id, run.attempt)
+        failures.note_success(run.job)
         signals.send(signals.run_succeeded, run, result=result)
     else:
         logger.warning("run.finished_late run=%s: it was declared lost meanwhile", run.pk)
@@ -354,6 +373,7 @@ def _fail(run: JobRun, timer: RunTimer, outcome: Outcome) -> None:
             "run.failed run=%s job=%s attempt=%s error=%s", run.pk, run.job_id, run.attempt, error
         )
         signals.send(signals.run_failed, run, error=outcome.error)
+        failures.note_failure(run.job)
 
 
 def _after_failure(task: Any, run: JobRun, timer: RunTimer, outcome: Outcome) -> None:
@@ -392,8 +412,8 @@ def _after_failure(task: Any, run: JobRun, timer: RunTimer, outcome: Outcome) ->
 
 
 def _publish_retry(task: Any, run: JobRun, *, eta: datetime, db_now: datetime) -> None:
-    from .dispatch import CeleryDispatcher, PublishFailed
-    from .store import OutboxMessage, RunStore
+    from ..scheduler.dispatch import CeleryDispatcher, PublishFailed
+    from ..scheduler.store import OutboxMessage, RunStore
 
     message = OutboxMessage.for_run(run, eta=eta)
     try:
@@ -450,38 +470,4 @@ def on_revoked(request: Any, terminated: bool, signum: Any, expired: bool) -> No
         return
     if updated:
         logger.warning("run.revoked run=%s task_id=%s status=%s", run_id, task_id, fields["status"])
-
-
-class RunHeartbeat:
-    """Stamps ``heartbeat_at`` while the body runs, from a thread with its own DB connection."""
-
-    def __init__(self, run_id: int, attempt: int) -> None:
-        self.run_id = run_id
-        self.attempt = attempt
-        self.interval = app_settings.RUN_HEARTBEAT_INTERVAL
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._beat, name=f"run-heartbeat-{run_id}", daemon=True
-        )
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _beat(self) -> None:
-        try:
-            while not self._stop.wait(self.interval):
-                try:
-                    JobRun.objects.filter(
-                        pk=self.run_id, status=RunStatus.RUNNING, attempt=self.attempt
-                    ).update(heartbeat_at=DbNow())
-                except Exception as exc:  # the database may be briefly away: try next beat
-                    logger.warning("run.heartbeat_failed run=%s error=%s", self.run_id, exc)
-                    # A broken connection stays broken in this thread (nothing else recycles
-                    # it): drop it so the next beat reconnects, or the run would look lost.
-                    connection.close()
-        finally:
-            connection.close()
+        metrics.get().runs.labels(outcome=OUTCOMES[fields["status"]]).inc()

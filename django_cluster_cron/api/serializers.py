@@ -1,0 +1,224 @@
+"""What the API reads and writes. Validation is the model's: ``full_clean()`` errors, per field."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any, ClassVar
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.utils import timezone
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from ..models import MAX_JITTER, JobChange, JobDefinition, JobRun
+from ..validation import DEFINITION_FIELDS
+
+# Durations cross the API as seconds (a number), not Django's "HH:MM:SS" text.
+JOB_FIELDS = (
+    "id",
+    "name",
+    *DEFINITION_FIELDS,
+    "enabled",
+    "pause_note",
+    "source",
+    "code_origin",
+    "scheduled_runs",
+    "consecutive_failures",
+    "finished",
+    "next_run_at",
+    "last_scheduled_at",
+    "created_at",
+    "updated_at",
+    "deleted_at",
+    "change_note",
+)
+JOB_READ_ONLY = (
+    "scheduled_runs",
+    "consecutive_failures",
+    "id",
+    "enabled",
+    "pause_note",
+    "source",
+    "code_origin",
+    "next_run_at",
+    "last_scheduled_at",
+    "created_at",
+    "updated_at",
+    "deleted_at",
+)
+
+
+@extend_schema_field({"type": "number", "format": "double", "minimum": 0, "exclusiveMinimum": True})
+class SecondsField(serializers.Field):  # type: ignore[type-arg]
+    """A ``timedelta`` as a number of seconds."""
+
+    def to_representation(self, value: timedelta) -> float:
+        return value.total_seconds()
+
+    def to_internal_value(self, data: Any) -> timedelta:
+        if isinstance(data, bool):
+            raise serializers.ValidationError("Must be a number of seconds.")
+        try:
+            seconds = float(data)
+        except (TypeError, ValueError):
+            raise serializers.ValidationError("Must be a number of seconds.") from None
+        if not 0 < seconds < 10**9:
+            raise serializers.ValidationError("Must be a positive number of seconds.")
+        return timedelta(seconds=seconds)
+
+
+class ModelValidated(serializers.ModelSerializer):  # type: ignore[type-arg]
+    """Runs the model's ``full_clean()`` so the API says exactly what the admin says."""
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        model: Any = self.Meta.model
+        instance = self.instance or model()
+        for name, value in attrs.items():
+            if name != "change_note":
+                setattr(instance, name, value)
+        try:
+            instance.full_clean()
+        except DjangoValidationError as exc:
+            raise serializers.ValidationError(serializers.as_serializer_error(exc)) from None
+        return attrs
+
+
+class JobSerializer(ModelValidated):
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        job = self.instance
+        if job is not None and job.source == "code":
+            changed = {
+                name: [f"Defined in code at {job.code_origin}: change it there and sync."]
+                for name, value in attrs.items()
+                if (name in DEFINITION_FIELDS or name == "name") and getattr(job, name) != value
+            }
+            if changed:
+                raise serializers.ValidationError(changed)
+        return super().validate(attrs)
+
+    catchup_window = SecondsField(
+        required=False, help_text="How far back missed slots are caught up, in seconds."
+    )
+    finished = serializers.SerializerMethodField(
+        help_text='Why the job will not run again on its schedule ("finished: ..."), or "".'
+    )
+    change_note = serializers.CharField(
+        write_only=True,
+        required=False,
+        allow_blank=True,
+        max_length=500,
+        help_text="Why you make this change: kept in the job's history with your name.",
+    )
+
+    def get_finished(self, job: JobDefinition) -> str:
+        return job.finished_reason(timezone.now())
+
+    args = serializers.JSONField(required=False, help_text="JSON list of positional arguments.")
+    kwargs = serializers.JSONField(required=False, help_text="JSON object of keyword arguments.")
+
+    class Meta:
+        model = JobDefinition
+        fields = JOB_FIELDS
+        read_only_fields = JOB_READ_ONLY
+        # The live-name uniqueness is the model's clean() (a per-field "name" error).
+        validators: ClassVar[list[Any]] = []
+
+
+class RunSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    job_name = serializers.CharField(source="job.name", read_only=True)
+    duration = serializers.SerializerMethodField(help_text="Seconds the body ran.")
+
+    class Meta:
+        model = JobRun
+        fields = (
+            "id",
+            "job",
+            "job_name",
+            "scheduled_for",
+            "status",
+            "trigger",
+            "task_id",
+            "attempt",
+            "dispatched_by",
+            "epoch",
+            "queued_at",
+            "started_at",
+            "finished_at",
+            "duration",
+            "heartbeat_at",
+            "retry_at",
+            "worker",
+            "reason",
+            "result",
+            "error",
+            "traceback",
+            "created_at",
+        )
+        read_only_fields = fields
+
+    def get_duration(self, run: JobRun) -> float | None:
+        return None if run.duration is None else run.duration.total_seconds()
+
+
+class PauseSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    note = serializers.CharField(required=False, allow_blank=True, max_length=255, default="")
+
+
+class BackfillSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    start = serializers.DateTimeField(help_text="Slots after this instant...")
+    end = serializers.DateTimeField(help_text="...up to and including this one (in the past).")
+    dry_run = serializers.BooleanField(
+        default=False, help_text="Only say how many slots the range holds."
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if attrs["end"] <= attrs["start"]:
+            raise serializers.ValidationError({"end": "The end must be after the start."})
+        return attrs
+
+
+class BackfillResultSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    slots = serializers.IntegerField(help_text="Slots in the range without a run.")
+    existing = serializers.IntegerField(help_text="Slots in the range that already have a run.")
+    created = RunSerializer(many=True, help_text="The runs recorded (empty for a dry run).")
+
+
+class PreviewQuerySerializer(serializers.Serializer):  # type: ignore[type-arg]
+    cron = serializers.CharField(max_length=200)
+    timezone = serializers.CharField(max_length=64, default="UTC")
+    count = serializers.IntegerField(min_value=1, max_value=100, default=10)
+    start_at = serializers.DateTimeField(required=False, help_text="No slot before this.")
+    end_at = serializers.DateTimeField(required=False, help_text="No slot after this.")
+    jitter = serializers.IntegerField(
+        min_value=0, max_value=MAX_JITTER, default=0, help_text="The job's jitter, seconds."
+    )
+    job = serializers.IntegerField(
+        min_value=0, required=False, help_text="The job's id: its jitter offsets depend on it."
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        start, end = attrs.get("start_at"), attrs.get("end_at")
+        if start and end and end <= start:
+            raise serializers.ValidationError({"end_at": "The end must be after the start."})
+        return attrs
+
+
+class PreviewSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    cron = serializers.CharField()
+    timezone = serializers.CharField()
+    description = serializers.CharField(help_text="The schedule in words.")
+    fire_times = serializers.ListField(
+        child=serializers.DateTimeField(),
+        help_text="When the next runs are dispatched (each slot plus its jitter offset).",
+    )
+    slots = serializers.ListField(
+        child=serializers.DateTimeField(),
+        help_text="The slots of those runs (their identity), in the same order.",
+    )
+
+
+class JobChangeSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    class Meta:
+        model = JobChange
+        fields = ("id", "at", "actor", "via", "action", "changes", "note")
+        read_only_fields = fields

@@ -1,0 +1,179 @@
+"""The lease interface, and the coordination backend that hands leases out.
+
+A *lease* names who holds something for a while: the scheduler's leadership (name ``leader``)
+or a cluster lock (name ``lock:<name>``). Each lease object carries a fresh owner token
+(``"<node id>:<random hex>"``), so two processes never mistake each other's lease for their
+own, even on one host with one node id. Three operations change it, each conditional on that
+token: :meth:`Lease.try_acquire` (free, expired, or already ours), :meth:`Lease.renew` (still
+ours) and :meth:`Lease.release` (ours: never another holder's).
+
+A lease is for liveness and efficiency only. It keeps standbys idle and bounds failover time; it
+is not what makes a slot run once (the database does that: unique constraints, conditional
+updates and a fencing epoch). Never act on "I hold the lease" alone.
+
+A *backend* (:class:`LeaseBackend`) is what the cluster coordinates through: Redis
+(:mod:`.redis`), the database (:mod:`.database`) or, for tests, one process's memory
+(:mod:`.memory`). Besides leases it carries what the cluster page reads (node reports, held
+locks), a counter or two, and the change signal that wakes sleeping schedulers. Chosen by
+``CLUSTER_CRON["LEASE_BACKEND"]``; see :func:`django_cluster_cron.leases.get_backend`.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+LEADER = "leader"
+LOCK_PREFIX = "lock:"
+# A sleeper checks for shutdown at least this often even when no change comes.
+WAIT_SLICE = 0.25
+
+
+class LeaseUnavailable(Exception):
+    """The backend could not be reached (Redis or the database down, a timeout, a reset)."""
+
+
+def new_token(node_id: str) -> str:
+    """A fresh owner token: the node id (for people) and a random part (for uniqueness)."""
+    return f"{node_id}:{uuid.uuid4().hex}"
+
+
+def check_lease_args(name: str, node_id: str, ttl: float) -> None:
+    if not name:
+        raise ValueError("the lease name must be a non-empty string")
+    if not node_id:
+        raise ValueError("node_id must be a non-empty string")
+    if not math.isfinite(ttl) or ttl < 0.001:
+        raise ValueError(f"ttl must be a finite number of seconds >= 0.001, got {ttl!r}")
+
+
+class OwnedLease:
+    """What every lease object holds: its name, owner, TTL and a fresh owner token."""
+
+    def __init__(self, name: str, node_id: str, ttl: float) -> None:
+        check_lease_args(name, node_id, ttl)
+        self.name = name
+        self.node_id = node_id
+        self.ttl = float(ttl)
+        self.token = new_token(node_id)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} name={self.name!r} token={self.token!r} ttl={self.ttl:g}s>"
+
+
+def wait_in_slices(timeout: float, stop: threading.Event, listen: Callable[[float], bool]) -> bool:
+    """A sleeper's wait: ``listen(seconds)`` waits up to that long for a change (True if one came)
+    and is called again until a change, ``timeout`` or ``stop``; True if a change woke it."""
+    deadline = time.monotonic() + max(0.0, timeout)
+    while not stop.is_set():
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        if listen(min(remaining, WAIT_SLICE)):
+            return True
+    return False
+
+
+def node_of(token: str | None) -> str | None:
+    """The node id part of an owner token."""
+    return token.rsplit(":", 1)[0] if token else None
+
+
+class Lease(Protocol):
+    """One owner's handle on a named lease. Every method may raise :class:`LeaseUnavailable`."""
+
+    name: str
+    node_id: str
+    token: str
+    ttl: float
+
+    def try_acquire(self) -> bool:
+        """Take the lease if it is free or expired, or re-arm it if it is already ours.
+
+        Safe to retry after a timeout: if the first attempt did land, the retry finds our own
+        token and re-arms it.
+        """
+        ...
+
+    def renew(self, ttl: float | None = None) -> bool:
+        """Re-arm the TTL (or set it to ``ttl`` seconds) if the lease is still ours and live."""
+        ...
+
+    def release(self) -> bool:
+        """Give the lease up if it is ours; True if this call released it."""
+        ...
+
+    def holder(self) -> str | None:
+        """The current holder's token, or None if the lease is free."""
+        ...
+
+    def remaining(self) -> float | None:
+        """Seconds until it expires; None if free, ``math.inf`` if it never expires."""
+        ...
+
+
+@dataclass(frozen=True)
+class HeldLease:
+    """A lease somebody holds, as the cluster page lists it."""
+
+    name: str
+    owner: str
+    ttl: float | None
+
+
+class Sleeper(Protocol):
+    def wait(self, timeout: float, stop: threading.Event) -> bool:
+        """Sleep until a change signal, ``timeout`` or ``stop``; True if a change woke it."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class LeaseBackend(Protocol):
+    """Where the cluster coordinates: leases, node reports, counters and the change signal."""
+
+    #: ``"redis"``, ``"database"`` or ``"memory"``.
+    name: str
+    #: True when taking a lease bumps its fencing epoch in the database itself (the database
+    #: lease keeps token, validity and epoch on one row); False when the scheduler must bump the
+    #: epoch after acquiring (Redis, memory).
+    fences_in_lease: bool
+    #: How often a scheduler node reports its status through this backend, seconds.
+    report_interval: float
+
+    def lease(self, name: str, node_id: str, ttl: float) -> Lease: ...
+
+    def held(self, prefix: str) -> list[HeldLease]:
+        """Leases under ``prefix`` that somebody holds (at most a few hundred)."""
+        ...
+
+    def force_release(self, name: str) -> bool:
+        """Free ``name`` whoever holds it (an operator's last resort); True if it was held."""
+        ...
+
+    def report_node(self, node_id: str, payload: dict[str, Any], ttl: float) -> None:
+        """Publish a scheduler node's status for ``ttl`` seconds. Never raises."""
+        ...
+
+    def node_reports(self) -> list[dict[str, Any]]:
+        """Live node reports (may raise :class:`LeaseUnavailable`)."""
+        ...
+
+    def incr(self, counter: str) -> None:
+        """Add one to a cluster-wide counter. Never raises."""
+        ...
+
+    def counter(self, counter: str) -> int: ...
+
+    def publish_change(self, reason: str) -> None:
+        """Wake the schedulers (a job changed, the leader let go). Never raises."""
+        ...
+
+    def sleeper(self, poll_interval: float) -> Sleeper:
+        """What a scheduler sleeps on: woken by :meth:`publish_change` or its timeout."""
+        ...

@@ -1,0 +1,455 @@
+"""The database lease backend: for teams without Redis.
+
+A lease is one row of ``SchedulerLease`` (``name`` unique): the holder's owner token,
+``valid_until`` and the fencing ``epoch`` side by side. Every time in it is the database server's
+clock, computed inside the statement (``DbNow``), never a host's. Each operation is one
+conditional UPDATE:
+
+* **acquire** matches the row if it is free (no token, no validity, expired) or already ours, and
+  sets our token and ``valid_until = now + ttl``; when the owner changes it also bumps ``epoch``
+  and stamps ``acquired_at`` — so the scheduler's leadership and its fencing epoch move together,
+  in one statement. A row that does not exist yet is inserted first (a conflict means another node
+  inserted it: fine).
+* **renew** matches only while the row holds our token and has not expired.
+* **release** matches only while the row holds our token, and clears token and validity.
+
+No advisory locks (they live and die with one connection) and no row lock held longer than one
+statement. The statements run on a connection of the lease's own, in autocommit: a cluster lock
+taken inside the caller's ``transaction.atomic()`` is visible to other hosts at once and is not
+undone by the caller's rollback.
+
+Repairs: a row edited by hand is never trusted into a second holder. An empty token is free. A
+``valid_until`` further ahead than the holder's own TTL (``ttl`` is stored with it) can only come
+from an edit, so the row counts as expired. The scheduler's fence also compares the token, so an
+epoch edited backwards cannot let an old leader's writes through (see the scheduler's store).
+
+MySQL/MariaDB note: a single-table UPDATE there evaluates ``SET`` assignments left to right, each
+seeing the ones before. The acquire statement therefore assigns ``epoch`` and ``acquired_at``
+(which compare the *old* token) before ``token``. Django keeps the order of ``update()``'s
+keyword arguments.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import select
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from django.db import DatabaseError, IntegrityError, connections, router
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import Case, F, Q, Value, When
+from django.db.models.sql.constants import CURSOR
+from django.db.models.sql.subqueries import InsertQuery, UpdateQuery
+
+from ..dbtime import DbNow, as_utc
+from .base import HeldLease, LeaseUnavailable, OwnedLease, wait_in_slices
+
+__all__ = ["DatabaseBackend", "DatabaseLease"]
+
+logger = logging.getLogger("django_cluster_cron.leases")
+
+T = TypeVar("T")
+
+# A hand-edited validity this far beyond the holder's TTL is not trusted.
+TTL_SLACK = timedelta(seconds=1)
+SCAN_LIMIT = 500
+# Node reports of nodes gone for an hour are deleted, at most this often per process.
+PRUNE_EVERY = 60.0
+_pruned_at = 0.0
+# PostgreSQL NOTIFY channel of the change signal.
+CHANNEL = "cluster_cron_changes"
+
+
+def _model() -> Any:
+    from ..models import SchedulerLease
+
+    return SchedulerLease
+
+
+class _PrivateConnections(threading.local):
+    wrapper: BaseDatabaseWrapper | None = None
+
+
+_private = _PrivateConnections()
+
+
+def _alias() -> str:
+    return router.db_for_write(_model())
+
+
+@contextmanager
+def private_connection(what: str) -> Iterator[BaseDatabaseWrapper]:
+    """This thread's own connection to the leases' database, in autocommit.
+
+    Made with Django's connection handler (same settings, same test database) but not the one
+    the ORM hands out, so it is never inside the caller's transaction. A database error closes
+    it (the next call reconnects) and surfaces as :class:`LeaseUnavailable`.
+    """
+    wrapper = _private.wrapper
+    if wrapper is None or wrapper.alias != _alias():
+        wrapper = connections.create_connection(_alias())
+        _private.wrapper = wrapper
+    try:
+        # Kept open across calls whatever CONN_MAX_AGE says (a renewal every few seconds must
+        # not reconnect each time); closed on any error, so the next call reconnects.
+        wrapper.ensure_connection()
+        if not wrapper.get_autocommit():
+            wrapper.set_autocommit(True)
+        yield wrapper
+    except DatabaseError as exc:
+        close_private_connection()
+        message = f"database unreachable ({what}): {type(exc).__name__}: {exc}"
+        raise LeaseUnavailable(message) from exc
+
+
+def private_wrapper() -> BaseDatabaseWrapper | None:
+    """This thread's lease connection, if it has made one (query counting hooks into it)."""
+    return _private.wrapper
+
+
+def close_private_connection() -> None:
+    """Close this thread's lease connection (threads that end call it; harmless if none)."""
+    wrapper, _private.wrapper = _private.wrapper, None
+    if wrapper is not None:
+        with contextlib.suppress(DatabaseError):
+            wrapper.close()
+
+
+def _run(what: str, action: Callable[[BaseDatabaseWrapper], T]) -> T:
+    """``action`` on this thread's lease connection; database errors as LeaseUnavailable."""
+    with private_connection(what) as connection, connection.wrap_database_errors:
+        return action(connection)
+
+
+def _update(connection: BaseDatabaseWrapper, filters: Q, values: dict[str, Any]) -> int:
+    """``Model.objects.filter(filters).update(**values)`` on ``connection``; the row count."""
+    query = UpdateQuery(_model())
+    query.add_q(filters)
+    query.add_update_values(values)
+    rows: int = query.get_compiler(connection=connection).execute_sql(CURSOR).rowcount
+    return rows
+
+
+def _select(
+    connection: BaseDatabaseWrapper, filters: Q, columns: list[str], **annotations: Any
+) -> list[tuple[Any, ...]]:
+    queryset = _model().objects.filter(filters).annotate(**annotations).values_list(*columns)
+    compiler = queryset.query.get_compiler(connection=connection)
+    return [tuple(row) for row in compiler.results_iter()]
+
+
+def _insert_missing(connection: BaseDatabaseWrapper, name: str) -> None:
+    """Create the lease's row if there is none (another node creating it at once is fine)."""
+    model = _model()
+    row = model(name=name)
+    query = InsertQuery(model)
+    query.insert_values([f for f in model._meta.concrete_fields if not f.primary_key], [row])
+    try:
+        with connection.wrap_database_errors:
+            query.get_compiler(connection=connection).execute_sql()
+    except IntegrityError:
+        pass
+
+
+def free_q(now: Any = None) -> Q:
+    """Rows that no live owner holds: no token, no validity, expired, or an edited validity."""
+    now = now if now is not None else DbNow()
+    return (
+        Q(token="")
+        | Q(valid_until__isnull=True)
+        | Q(valid_until__lte=now)
+        | Q(ttl__isnull=True)
+        | Q(valid_until__gt=now + F("ttl") + Value(TTL_SLACK))
+    )
+
+
+def live_q(now: Any = None) -> Q:
+    now = now if now is not None else DbNow()
+    return ~Q(token="") & Q(
+        valid_until__gt=now, ttl__isnull=False, valid_until__lte=now + F("ttl") + Value(TTL_SLACK)
+    )
+
+
+class DatabaseLease(OwnedLease):
+    """A lease on one ``SchedulerLease`` row, owned by one process through a fresh token."""
+
+    def _run(self, what: str, action: Callable[[BaseDatabaseWrapper], T]) -> T:
+        return _run(f"{what} lease {self.name!r}", action)
+
+    def try_acquire(self) -> bool:
+        ttl = timedelta(seconds=self.ttl)
+        ours = Q(token=self.token)
+
+        def acquire(connection: BaseDatabaseWrapper) -> bool:
+            target = Q(name=self.name) & (ours | free_q())
+            # Order matters on MySQL (see the module doc): the CASEs read the old token.
+            values = {
+                "epoch": Case(When(ours, then=F("epoch")), default=F("epoch") + 1),
+                "acquired_at": Case(When(ours, then=F("acquired_at")), default=DbNow()),
+                "holder": self.node_id,
+                "valid_until": DbNow() + Value(ttl),
+                "ttl": ttl,
+                "token": self.token,
+            }
+            if _update(connection, target, values):
+                return True
+            if _select(connection, Q(name=self.name), ["pk"]):
+                return False
+            _insert_missing(connection, self.name)
+            return bool(_update(connection, target, values))
+
+        return self._run("acquiring", acquire)
+
+    def renew(self, ttl: float | None = None) -> bool:
+        seconds = self.ttl if ttl is None else ttl
+        if seconds <= 0:
+            return self.release()
+        delta = timedelta(seconds=seconds)
+        mine = Q(name=self.name, token=self.token) & live_q()
+        return bool(
+            self._run(
+                "renewing",
+                lambda c: _update(
+                    c, mine, {"valid_until": DbNow() + Value(delta), "ttl": max(delta, self._ttl)}
+                ),
+            )
+        )
+
+    @property
+    def _ttl(self) -> timedelta:
+        return timedelta(seconds=self.ttl)
+
+    def release(self) -> bool:
+        mine = Q(name=self.name, token=self.token)
+        freed = self._run(
+            "releasing", lambda c: _update(c, mine, {"valid_until": None, "token": ""})
+        )
+        return bool(freed)
+
+    def holder(self) -> str | None:
+        rows = self._run("reading", lambda c: _select(c, Q(name=self.name) & live_q(), ["token"]))
+        return str(rows[0][0]) if rows else None
+
+    def remaining(self) -> float | None:
+        rows = self._run(
+            "reading",
+            lambda c: _select(
+                c, Q(name=self.name) & live_q(), ["valid_until", "db_now"], db_now=DbNow()
+            ),
+        )
+        if not rows:
+            return None
+        valid_until, db_now = rows[0]
+        return max(0.0, (as_utc(valid_until) - as_utc(db_now)).total_seconds())
+
+    def epoch(self) -> int | None:
+        """The fencing epoch of the row while it holds our token (None otherwise)."""
+        rows = self._run(
+            "reading", lambda c: _select(c, Q(name=self.name, token=self.token), ["epoch"])
+        )
+        return int(rows[0][0]) if rows else None
+
+
+class DatabaseBackend:
+    """Coordination through the project's database: leases, node reports, counters, changes."""
+
+    name = "database"
+    fences_in_lease = True
+    # Node reports are rows: written every few seconds rather than every second.
+    report_interval = 5.0
+
+    def lease(self, name: str, node_id: str, ttl: float) -> DatabaseLease:
+        return DatabaseLease(name, node_id, ttl)
+
+    def _run(self, what: str, action: Callable[[BaseDatabaseWrapper], T]) -> T:
+        return _run(what, action)
+
+    def held(self, prefix: str) -> list[HeldLease]:
+        def read(connection: BaseDatabaseWrapper) -> list[tuple[Any, ...]]:
+            filters = Q(name__startswith=prefix) & live_q()
+            queryset = (
+                _model()
+                .objects.filter(filters)
+                .annotate(db_now=DbNow())
+                .order_by("name")
+                .values_list("name", "token", "valid_until", "db_now")[:SCAN_LIMIT]
+            )
+            return list(queryset.query.get_compiler(connection=connection).results_iter())
+
+        rows = self._run("listing leases", read)
+        return [
+            HeldLease(
+                name=str(name)[len(prefix) :],
+                owner=str(token),
+                ttl=max(0.0, (as_utc(until) - as_utc(now)).total_seconds()),
+            )
+            for name, token, until, now in rows
+        ]
+
+    def force_release(self, name: str) -> bool:
+        return bool(
+            self._run(
+                f"releasing {name!r}",
+                lambda c: _update(c, Q(name=name) & live_q(), {"valid_until": None, "token": ""}),
+            )
+        )
+
+    # -- node reports ---------------------------------------------------------------------
+
+    def report_node(self, node_id: str, payload: dict[str, Any], ttl: float) -> None:
+        from ..models import NodeReport
+
+        try:
+            expires = DbNow() + Value(timedelta(seconds=ttl))
+            updated = NodeReport.objects.filter(node=node_id).update(
+                payload=payload, seen_at=DbNow(), expires_at=expires
+            )
+            if not updated:
+                with contextlib.suppress(IntegrityError):
+                    NodeReport.objects.create(
+                        node=node_id, payload=payload, seen_at=DbNow(), expires_at=expires
+                    )
+            # Pruned here, at most once a minute per process: reports of nodes gone for an hour
+            # (an indexed range delete).
+            global _pruned_at
+            if time.monotonic() - _pruned_at > PRUNE_EVERY:
+                _pruned_at = time.monotonic()
+                gone = DbNow() - Value(timedelta(hours=1))
+                NodeReport.objects.filter(expires_at__lt=gone).delete()
+        except DatabaseError as exc:  # a status report must never disturb the scheduler
+            logger.debug("status.report_failed error=%s", exc)
+
+    def node_reports(self) -> list[dict[str, Any]]:
+        from ..models import NodeReport
+
+        try:
+            rows = NodeReport.objects.filter(expires_at__gt=DbNow()).values_list(
+                "payload", flat=True
+            )[:SCAN_LIMIT]
+            return [dict(row) for row in rows if isinstance(row, dict)]
+        except DatabaseError as exc:
+            raise LeaseUnavailable(f"database unreachable (reading node reports): {exc}") from exc
+
+    # -- counters -------------------------------------------------------------------------
+
+    def incr(self, counter: str) -> None:
+        from ..models import ClusterCounter
+
+        try:
+            if not ClusterCounter.objects.filter(name=counter).update(value=F("value") + 1):
+                try:
+                    ClusterCounter.objects.create(name=counter, value=1)
+                except IntegrityError:
+                    ClusterCounter.objects.filter(name=counter).update(value=F("value") + 1)
+        except DatabaseError as exc:  # a statistic: never worth failing anything for
+            logger.debug("stats.incr_failed counter=%s error=%s", counter, exc)
+
+    def counter(self, counter: str) -> int:
+        from ..models import ClusterCounter
+
+        value = ClusterCounter.objects.filter(name=counter).values_list("value", flat=True).first()
+        return int(value or 0)
+
+    # -- the change signal ----------------------------------------------------------------
+
+    def publish_change(self, reason: str) -> None:
+        """PostgreSQL: ``NOTIFY``. Elsewhere nothing: sleeping schedulers poll."""
+        alias = router.db_for_write(_model())
+        connection = connections[alias]
+        if connection.vendor != "postgresql":
+            return
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, reason[:200]])
+        except DatabaseError as exc:
+            logger.debug("changes.publish_failed reason=%s error=%s", reason, exc)
+
+    def sleeper(self, poll_interval: float) -> Any:
+        alias = router.db_for_write(_model())
+        if connections[alias].vendor == "postgresql":
+            return PostgresListener(alias, poll_interval)
+        return PollingSleeper(poll_interval)
+
+
+class PollingSleeper:
+    """No change channel: sleep at most ``poll_interval``, so the idle query sees edits then.
+
+    The scheduler's idle tick is one query, so waking each poll interval costs one query per
+    interval, whatever the number of jobs.
+    """
+
+    def __init__(self, poll_interval: float) -> None:
+        self.poll_interval = poll_interval
+
+    def wait(self, timeout: float, stop: threading.Event) -> bool:
+        stop.wait(max(0.0, min(timeout, self.poll_interval)))
+        return False
+
+    def close(self) -> None:
+        pass
+
+
+class PostgresListener:
+    """``LISTEN`` on a connection of its own; woken by ``NOTIFY`` from any host's save.
+
+    Falls back to :class:`PollingSleeper`'s behaviour while the connection is down.
+    """
+
+    def __init__(self, alias: str, poll_interval: float) -> None:
+        self.alias = alias
+        self.poll_interval = poll_interval
+        self._wrapper: BaseDatabaseWrapper | None = None
+
+    def _listening(self) -> Any:
+        if self._wrapper is None:
+            wrapper = connections.create_connection(self.alias)
+            wrapper.ensure_connection()
+            wrapper.set_autocommit(True)
+            with wrapper.cursor() as cursor:
+                cursor.execute(f"LISTEN {CHANNEL}")
+            self._wrapper = wrapper
+        return self._wrapper.connection
+
+    def wait(self, timeout: float, stop: threading.Event) -> bool:
+        def listen(seconds: float) -> bool:
+            try:
+                return _notified(self._listening(), seconds)
+            except Exception:  # the database is down: the scheduler reports it; poll meanwhile
+                self.close()
+                stop.wait(min(seconds, self.poll_interval))
+                return False
+
+        return wait_in_slices(timeout, stop, listen)
+
+    def close(self) -> None:
+        wrapper, self._wrapper = self._wrapper, None
+        if wrapper is not None:
+            with contextlib.suppress(Exception):
+                wrapper.close()
+
+
+def _notified(raw: Any, timeout: float) -> bool:
+    """Wait up to ``timeout`` for notifications on a psycopg (3 or 2) connection; drain them."""
+    notifies = getattr(raw, "notifies", None)
+    if callable(notifies):  # psycopg 3
+        got = False
+        for _ in notifies(timeout=timeout, stop_after=1):
+            got = True
+        if got:  # several saves in a row wake the scheduler once
+            for _ in notifies(timeout=0.0):
+                pass
+        return got
+    # psycopg2: wait for the socket, then poll
+    if not raw.notifies:
+        ready, _, _ = select.select([raw], [], [], timeout)
+        if ready:
+            raw.poll()
+    got = bool(raw.notifies)
+    raw.notifies.clear()
+    return got

@@ -1,0 +1,168 @@
+"""An in-memory lease backend: one process's leases, for unit tests and users' own tests.
+
+It behaves like the real backends (owner tokens, expiry, conditional renew and release, the
+change signal) but coordinates only the threads of one process: never use it where two
+processes must exclude each other. Time is ``time.monotonic`` unless a clock is given, so tests
+can move it by hand::
+
+    from django_cluster_cron.testing import MemoryLeaseBackend
+
+    backend = MemoryLeaseBackend(clock=lambda: fake_now)
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .base import HeldLease, OwnedLease, wait_in_slices
+
+__all__ = ["MemoryLease", "MemoryLeaseBackend"]
+
+
+@dataclass
+class _Entry:
+    token: str
+    expires: float
+
+
+class MemoryLease(OwnedLease):
+    def __init__(self, backend: MemoryLeaseBackend, name: str, node_id: str, ttl: float) -> None:
+        super().__init__(name, node_id, ttl)
+        self.backend = backend
+
+    def try_acquire(self) -> bool:
+        with self.backend.lock:
+            entry = self.backend.live(self.name)
+            if entry is not None and entry.token != self.token:
+                return False
+            self.backend.entries[self.name] = _Entry(self.token, self.backend.clock() + self.ttl)
+            return True
+
+    def renew(self, ttl: float | None = None) -> bool:
+        with self.backend.lock:
+            entry = self.backend.live(self.name)
+            if entry is None or entry.token != self.token:
+                return False
+            entry.expires = self.backend.clock() + (self.ttl if ttl is None else ttl)
+            return True
+
+    def release(self) -> bool:
+        with self.backend.lock:
+            entry = self.backend.live(self.name)
+            if entry is None or entry.token != self.token:
+                return False
+            del self.backend.entries[self.name]
+            return True
+
+    def holder(self) -> str | None:
+        with self.backend.lock:
+            entry = self.backend.live(self.name)
+            return entry.token if entry else None
+
+    def remaining(self) -> float | None:
+        with self.backend.lock:
+            entry = self.backend.live(self.name)
+            if entry is None:
+                return None
+            return entry.expires - self.backend.clock()
+
+
+class MemoryLeaseBackend:
+    """Leases, node reports, counters and the change signal in this process's memory."""
+
+    name = "memory"
+    fences_in_lease = False
+    report_interval = 1.0
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.lock = threading.RLock()
+        self.entries: dict[str, _Entry] = {}
+        self.reports: dict[str, tuple[float, dict[str, Any]]] = {}
+        self.counters: dict[str, int] = {}
+        self._changed = threading.Condition(self.lock)
+        self._generation = 0
+
+    def live(self, name: str) -> _Entry | None:
+        entry = self.entries.get(name)
+        if entry is not None and entry.expires <= self.clock():
+            del self.entries[name]
+            return None
+        return entry
+
+    def lease(self, name: str, node_id: str, ttl: float) -> MemoryLease:
+        return MemoryLease(self, name, node_id, ttl)
+
+    def held(self, prefix: str) -> list[HeldLease]:
+        with self.lock:
+            names = sorted(n for n in self.entries if n.startswith(prefix))
+            found = []
+            for name in names:
+                entry = self.live(name)
+                if entry is not None:
+                    found.append(
+                        HeldLease(name[len(prefix) :], entry.token, entry.expires - self.clock())
+                    )
+            return found
+
+    def force_release(self, name: str) -> bool:
+        with self.lock:
+            return self.live(name) is not None and self.entries.pop(name, None) is not None
+
+    def report_node(self, node_id: str, payload: dict[str, Any], ttl: float) -> None:
+        with self.lock:
+            self.reports[node_id] = (self.clock() + ttl, dict(payload))
+
+    def node_reports(self) -> list[dict[str, Any]]:
+        with self.lock:
+            now = self.clock()
+            return [dict(p) for expires, p in self.reports.values() if expires > now]
+
+    def incr(self, counter: str) -> None:
+        with self.lock:
+            self.counters[counter] = self.counters.get(counter, 0) + 1
+
+    def counter(self, counter: str) -> int:
+        with self.lock:
+            return self.counters.get(counter, 0)
+
+    def publish_change(self, reason: str) -> None:
+        with self._changed:
+            self._generation += 1
+            self._changed.notify_all()
+
+    def sleeper(self, poll_interval: float) -> MemorySleeper:
+        return MemorySleeper(self)
+
+    def wait_for_change(self, seen: int, timeout: float) -> int:
+        with self._changed:
+            self._changed.wait_for(lambda: self._generation != seen, timeout=timeout)
+            return self._generation
+
+    @property
+    def generation(self) -> int:
+        with self.lock:
+            return self._generation
+
+
+class MemorySleeper:
+    """Woken by the backend's :meth:`MemoryLeaseBackend.publish_change`."""
+
+    def __init__(self, backend: MemoryLeaseBackend) -> None:
+        self.backend = backend
+        self._seen = backend.generation
+
+    def wait(self, timeout: float, stop: threading.Event) -> bool:
+        def listen(seconds: float) -> bool:
+            generation = self.backend.wait_for_change(self._seen, seconds)
+            woken, self._seen = generation != self._seen, generation
+            return woken
+
+        return wait_in_slices(timeout, stop, listen)
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,388 @@
+"""The Redis lease backend: a lease is one Redis key holding its owner's token.
+
+The key holds an *owner token*, ``"<node id>:<random hex>"``, fresh for every :class:`RedisLease`
+(so for every process, even two on one host with the same node id). Acquire is ``SET key token NX
+PX ttl``; renew and release are compare-and-act Lua scripts that touch the key only while it
+still holds our token. Why both:
+
+* A plain ``PEXPIRE`` or ``DEL`` by a process that was paused (GC, SIGSTOP, a VM migration) past
+  its TTL would extend or delete the lease of the node that took over meanwhile. The token tells
+  "my lease" from "the lease"; Lua makes the compare and the act one atomic step.
+* The acquire script also repairs the key: a value with no expiry (someone ran ``SET`` by hand,
+  or ``PERSIST``) would otherwise block leadership forever, so it is deleted first. A key of
+  another type with a TTL only means "not acquired" until it expires; no script ever lets a
+  WRONGTYPE error escape.
+
+Redis reports a key's time-to-live itself (``PX``), so no host clock takes part. Redis is reached
+through django-redis (``get_redis_connection(REDIS_ALIAS)``): Sentinel, TLS and auth come from the
+project's cache configuration.
+
+Redis being unreachable (refused, reset, timed out) surfaces as :class:`LeaseUnavailable` from
+every method, so the caller can log once and back off. Any other Redis error is a bug and is
+not translated.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from redis.commands.core import Script
+
+from .base import HeldLease, LeaseUnavailable, check_lease_args, new_token, wait_in_slices
+
+__all__ = ["ChangeListener", "LeaseUnavailable", "RedisBackend", "RedisLease"]
+
+logger = logging.getLogger("django_cluster_cron.leases")
+
+# The cluster page lists at most this many node reports and locks.
+SCAN_LIMIT = 500
+
+
+# Errors that mean "Redis cannot serve us right now", not "we sent something wrong". Besides
+# connection errors and timeouts (and raw socket errors): a replica answering after a failover
+# (READONLY) and a replica cut off from its master (MASTERDOWN) are outages too.
+_UNAVAILABLE: tuple[type[BaseException], ...] = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    redis.exceptions.ReadOnlyError,
+    redis.exceptions.MasterDownError,
+    OSError,
+)
+
+# KEYS[1] = lease key, ARGV[1] = our token, ARGV[2] = TTL in milliseconds. Returns 1 if we hold it.
+_ACQUIRE = """
+local key, token, ttl = KEYS[1], ARGV[1], ARGV[2]
+local kind = redis.call('TYPE', key)['ok']
+if kind ~= 'none' then
+    if redis.call('PTTL', key) == -1 then
+        -- No expiry: not a lease we wrote. Left alone it would block leadership forever.
+        redis.call('DEL', key)
+    elseif kind ~= 'string' then
+        return 0
+    elseif redis.call('GET', key) == token then
+        redis.call('PEXPIRE', key, ttl)
+        return 1
+    else
+        return 0
+    end
+end
+if redis.call('SET', key, token, 'NX', 'PX', ttl) then
+    return 1
+end
+return 0
+"""
+
+# Same KEYS/ARGV. Re-arms the TTL only while the key still holds our token.
+_RENEW = """
+if redis.call('TYPE', KEYS[1])['ok'] == 'string' and redis.call('GET', KEYS[1]) == ARGV[1] then
+    return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+"""
+
+# KEYS[1] = lease key, ARGV[1] = our token. Deletes the key only while it holds our token.
+_RELEASE = """
+if redis.call('TYPE', KEYS[1])['ok'] == 'string' and redis.call('GET', KEYS[1]) == ARGV[1] then
+    return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
+# KEYS[1] = lease key. The stored token, or nil when the key is missing or not a string.
+_HOLDER = """
+if redis.call('TYPE', KEYS[1])['ok'] == 'string' then
+    return redis.call('GET', KEYS[1])
+end
+return false
+"""
+
+
+@dataclass(frozen=True)
+class _Scripts:
+    acquire: Script
+    renew: Script
+    release: Script
+    holder: Script
+
+
+# One set of registered scripts per client. Script objects run EVALSHA and, on NOSCRIPT (a
+# restarted or flushed server), load the source and retry, so registering once is enough.
+_scripts_by_client: weakref.WeakKeyDictionary[redis.Redis, _Scripts] = weakref.WeakKeyDictionary()
+_scripts_lock = threading.Lock()
+
+
+def _scripts_for(client: redis.Redis) -> _Scripts:
+    with _scripts_lock:
+        scripts = _scripts_by_client.get(client)
+        if scripts is None:
+            scripts = _Scripts(
+                acquire=client.register_script(_ACQUIRE),
+                renew=client.register_script(_RENEW),
+                release=client.register_script(_RELEASE),
+                holder=client.register_script(_HOLDER),
+            )
+            _scripts_by_client[client] = scripts
+        return scripts
+
+
+class RedisLease:
+    """A Redis lease owned by one process, identified by a fresh owner token.
+
+    ``ttl`` is in seconds (sub-second values are fine; Redis keeps milliseconds). The object
+    holds no state about whether it leads: every answer comes from Redis.
+    """
+
+    def __init__(
+        self, client: redis.Redis, key: str, node_id: str, ttl: float, *, name: str | None = None
+    ) -> None:
+        check_lease_args(key, node_id, ttl)
+        self.client = client
+        self.key = key
+        self.name = name or key
+        self.node_id = node_id
+        self.ttl = float(ttl)
+        self.token = new_token(node_id)
+        self._ttl_ms = max(1, round(self.ttl * 1000))
+        self._scripts = _scripts_for(client)
+
+    def __repr__(self) -> str:
+        return f"<RedisLease key={self.key!r} token={self.token!r} ttl={self.ttl:g}s>"
+
+    def try_acquire(self) -> bool:
+        """Take the lease if it is free (or re-arm it if it is already ours); True if we hold it.
+
+        Safe to retry after a timeout: if the first attempt did reach Redis, the retry finds our
+        own token and re-arms it.
+        """
+        with self._redis_errors():
+            result = self._scripts.acquire(keys=[self.key], args=[self.token, self._ttl_ms])
+        return bool(result)
+
+    def renew(self, ttl: float | None = None) -> bool:
+        """Re-arm the TTL (or set it to ``ttl`` seconds) if the lease is still ours.
+
+        False if it expired or another holds it. A cluster lock's ``at_least`` uses ``ttl`` to
+        keep a released lock held for the rest of its minimum time.
+        """
+        ttl_ms = self._ttl_ms if ttl is None else max(1, round(ttl * 1000))
+        with self._redis_errors():
+            result = self._scripts.renew(keys=[self.key], args=[self.token, ttl_ms])
+        return bool(result)
+
+    def release(self) -> bool:
+        """Delete the lease if it is ours (never another holder's); True if we deleted it."""
+        with self._redis_errors():
+            result = self._scripts.release(keys=[self.key], args=[self.token])
+        return bool(result)
+
+    def holder(self) -> str | None:
+        """The token in the key (it starts with the holder's node id), or None if it is free.
+
+        Also None while the key holds something that is not a token (another type), which
+        :meth:`try_acquire` treats as taken until it expires.
+        """
+        with self._redis_errors():
+            value = self._scripts.holder(keys=[self.key])
+        if value is None:
+            return None
+        if isinstance(value, bytes):
+            return value.decode("utf-8", errors="replace")
+        return str(value)
+
+    def remaining(self) -> float | None:
+        """Seconds until the key expires; None if it is free, ``math.inf`` if it has no expiry."""
+        with self._redis_errors():
+            pttl = int(self.client.pttl(self.key))
+        if pttl == -2:
+            return None
+        if pttl == -1:
+            return math.inf
+        return pttl / 1000
+
+    def _redis_errors(self) -> Any:
+        return _redis_errors(f"lease {self.key!r}")
+
+
+class RedisBackend:
+    """Coordination through the project's Redis (a django-redis cache alias).
+
+    Keys, all under ``<KEY_PREFIX>:``: ``leader`` and ``lock:<name>`` (leases), ``node:<id>``
+    (node reports, JSON, expiring), ``stats:<counter>``; the change signal is the pub/sub
+    channel ``<KEY_PREFIX>:changes``.
+    """
+
+    name = "redis"
+    fences_in_lease = False
+    report_interval = 1.0
+
+    def __init__(self, client: redis.Redis | None = None, prefix: str | None = None) -> None:
+        self._client = client
+        self._prefix = prefix
+
+    @property
+    def client(self) -> redis.Redis:
+        if self._client is not None:
+            return self._client
+        from django_redis import get_redis_connection
+
+        from ..conf import app_settings
+
+        client: redis.Redis = get_redis_connection(app_settings.REDIS_ALIAS)
+        return client
+
+    def key(self, suffix: str) -> str:
+        if self._prefix is not None:
+            return f"{self._prefix}:{suffix}"
+        from ..conf import app_settings
+
+        return f"{app_settings.KEY_PREFIX}:{suffix}"
+
+    def lease(self, name: str, node_id: str, ttl: float) -> RedisLease:
+        return RedisLease(self.client, self.key(name), node_id, ttl, name=name)
+
+    def held(self, prefix: str) -> list[HeldLease]:
+        client = self.client
+        full = self.key(prefix)
+        found: list[HeldLease] = []
+        with _redis_errors("listing leases"):
+            for raw_key in client.scan_iter(match=full + "*", count=100):
+                try:
+                    owner = client.get(raw_key)
+                except redis.exceptions.ResponseError:  # junk of another type: show it
+                    owner = b"(not a lease: wrong type)"
+                pttl = client.pttl(raw_key)
+                found.append(
+                    HeldLease(
+                        name=_text(raw_key)[len(full) :],
+                        owner=_text(owner) if owner is not None else "?",
+                        ttl=pttl / 1000 if pttl and pttl > 0 else None,
+                    )
+                )
+                if len(found) >= SCAN_LIMIT:
+                    break
+        return sorted(found, key=lambda held: held.name)
+
+    def force_release(self, name: str) -> bool:
+        with _redis_errors(f"releasing {name!r}"):
+            return bool(self.client.delete(self.key(name)))
+
+    def report_node(self, node_id: str, payload: dict[str, Any], ttl: float) -> None:
+        try:
+            self.client.set(
+                self.key(f"node:{node_id}"), json.dumps(payload), px=max(1, round(ttl * 1000))
+            )
+        except Exception as exc:  # a status report must never disturb the scheduler
+            logger.debug("status.report_failed error=%s", exc)
+
+    def node_reports(self) -> list[dict[str, Any]]:
+        client = self.client
+        reports: list[dict[str, Any]] = []
+        with _redis_errors("reading node reports"):
+            for raw_key in client.scan_iter(match=self.key("node:*"), count=100):
+                try:
+                    raw = client.get(raw_key)
+                except redis.exceptions.ResponseError:
+                    continue
+                if raw:
+                    try:
+                        reports.append(json.loads(raw))
+                    except ValueError:
+                        continue
+                if len(reports) >= SCAN_LIMIT:
+                    break
+        return reports
+
+    def incr(self, counter: str) -> None:
+        try:
+            self.client.incr(self.key(f"stats:{counter}"))
+        except Exception as exc:  # a statistic: never worth failing anything for
+            logger.debug("stats.incr_failed counter=%s error=%s", counter, exc)
+
+    def counter(self, counter: str) -> int:
+        with _redis_errors(f"reading counter {counter!r}"):
+            value = self.client.get(self.key(f"stats:{counter}"))
+        return int(value or 0)
+
+    def channel(self) -> str:
+        return self.key("changes")
+
+    def publish_change(self, reason: str) -> None:
+        try:
+            self.client.publish(self.channel(), reason)
+        except Exception as exc:  # Redis down: the scheduler notices on its next timed wake-up
+            logger.debug("changes.publish_failed reason=%s error=%s", reason, exc)
+
+    def sleeper(self, poll_interval: float) -> ChangeListener:
+        return ChangeListener(self._client, self.channel())
+
+
+class ChangeListener:
+    """Sleeps until a change message on the channel, the timeout or ``stop``."""
+
+    def __init__(self, client: Any = None, channel: str | None = None) -> None:
+        self._client = client
+        self._channel = channel or RedisBackend().channel()
+        self._pubsub: Any = None
+
+    def _subscribe(self) -> Any:
+        if self._pubsub is None:
+            client = self._client if self._client is not None else RedisBackend().client
+            pubsub = client.pubsub(ignore_subscribe_messages=True)
+            pubsub.subscribe(self._channel)
+            self._pubsub = pubsub
+        return self._pubsub
+
+    def wait(self, timeout: float, stop: threading.Event) -> bool:
+        """Return True if woken by a change message, False on timeout or stop."""
+
+        def listen(seconds: float) -> bool:
+            try:
+                message = self._subscribe().get_message(timeout=seconds)
+            except Exception:
+                # Redis is unreachable: the scheduler's health log reports that; sleep instead.
+                self.close()
+                stop.wait(seconds)
+                return False
+            if message is None:
+                return False
+            self._drain()
+            return True
+
+        return wait_in_slices(timeout, stop, listen)
+
+    def _drain(self) -> None:
+        # Several saves in a row wake the scheduler once.
+        try:
+            while self._pubsub is not None and self._pubsub.get_message(timeout=0) is not None:
+                pass
+        except Exception:
+            self.close()
+
+    def close(self) -> None:
+        if self._pubsub is not None:
+            try:
+                self._pubsub.close()
+            except Exception:
+                logger.debug("changes.close_failed", exc_info=True)
+            self._pubsub = None
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+@contextmanager
+def _redis_errors(what: str) -> Iterator[None]:
+    try:
+        yield
+    except _UNAVAILABLE as exc:
+        raise LeaseUnavailable(f"Redis unreachable ({what}): {type(exc).__name__}: {exc}") from exc

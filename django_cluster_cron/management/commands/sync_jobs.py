@@ -1,0 +1,41 @@
+"""``manage.py sync_jobs [--dry-run]``: create, update or disable the jobs declared in code."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from django_cluster_cron.declared import DeclarationError
+from django_cluster_cron.declared.sync import sync
+
+
+class Command(BaseCommand):
+    help = (
+        "Bring the database in line with the jobs declared in code (@cron and "
+        "CLUSTER_CRON['JOBS']): create new ones, update changed ones, disable removed ones. "
+        "Exits 1 if a declaration is invalid or conflicts with a job made in the admin."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--dry-run", action="store_true", help="Show the plan; change nothing.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            result = sync(dry_run=options["dry_run"], by="sync_jobs")
+        except DeclarationError as exc:
+            raise CommandError(str(exc)) from exc
+        if result.skipped:
+            self.stdout.write(f"Skipped: {result.skipped}.")
+        for change in result.changes:
+            self.stdout.write(change.line())
+        counts = ", ".join(
+            f"{result.count(a)} {a}"
+            for a in ("create", "update", "disable", "enable", "unchanged", "conflict", "invalid")
+            if result.count(a)
+        )
+        verb = "Done" if result.applied else "Would do (dry run)" if not result.skipped else "Plan"
+        self.stdout.write(f"{verb}: {counts or 'nothing declared'}.")
+        if result.count("conflict") or result.count("invalid"):
+            sys.exit(1)

@@ -1,0 +1,1 @@
+"""What operators read from outside: the cluster's status."""

@@ -1,0 +1,252 @@
+"""Prometheus metrics, through the official client (the optional extra ``metrics``).
+
+Names follow Prometheus conventions (``cluster_cron_*``, counters ``*_total``, durations in
+``*_seconds``); docs/reference/metrics.md lists them. Everything here is a no-op when
+``prometheus_client`` is not installed or ``CLUSTER_CRON["METRICS"]`` is False, so the scheduler
+and the worker call it unconditionally.
+
+Where the numbers come out:
+
+* ``run_scheduler --metrics-port N`` serves ``/metrics`` from the scheduler process.
+* A Celery worker serves them when ``CLUSTER_CRON["WORKER_METRICS_PORT"]`` is set. Celery's
+  prefork pool runs tasks in child processes, so the worker uses prometheus_client's
+  multiprocess mode: each process writes its values to files in ``PROMETHEUS_MULTIPROC_DIR``
+  (set it yourself, or the worker makes a fresh directory before the pool starts) and the main
+  process's ``/metrics`` adds them up; a child that exits is marked dead for the live gauges.
+
+prometheus_client is imported only when a metric is first touched (or an exporter starts), after
+the worker has chosen the multiprocess directory: the client picks its value store at import.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import logging
+import os
+import tempfile
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+logger = logging.getLogger("django_cluster_cron.metrics")
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
+CLAIM_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5)
+OTHER_JOBS = "_other"
+
+
+def installed() -> bool:
+    """Whether prometheus_client can be imported (found without importing it: importing picks
+    the client's value store, which must wait for the worker's multiprocess directory)."""
+    return importlib.util.find_spec("prometheus_client") is not None
+
+
+def enabled() -> bool:
+    from ..conf import app_settings
+
+    return bool(app_settings.METRICS) and installed()
+
+
+class _Null:
+    """Stands in for a metric when metrics are off: every call does nothing."""
+
+    def __getattr__(self, name: str) -> Any:
+        return self
+
+    def __call__(self, *args: Any, **kwargs: Any) -> _Null:
+        return self
+
+
+NULL: Any = _Null()
+
+
+class Metrics:
+    """Every metric this app exports, made once per process in the default registry."""
+
+    def __init__(self) -> None:
+        from prometheus_client import Counter, Gauge, Histogram
+
+        # -- the scheduler ----------------------------------------------------------------------
+        self.leader = Gauge(
+            "cluster_cron_leader",
+            "1 while this scheduler node leads, 0 while it stands by.",
+            ["node"],
+            multiprocess_mode="liveall",
+        )
+        self.lease_epoch = Gauge(
+            "cluster_cron_lease_epoch",
+            "The fencing epoch this node leads with (0 while standing by).",
+            multiprocess_mode="livemax",
+        )
+        self.lease_renewals = Counter(
+            "cluster_cron_lease_renewals",
+            "Lease renewals by the leader, by result: ok, lost (taken or expired), failed "
+            "(backend unreachable).",
+            ["result"],
+        )
+        self.ticks = Counter("cluster_cron_ticks", "Passes of the scheduler loop.")
+        self.slots = Counter(
+            "cluster_cron_slots",
+            "Slots the leader decided, by outcome: schedule and catchup (recorded to run), "
+            "missed, skipped.",
+            ["outcome"],
+        )
+        self.publish_latency = Histogram(
+            "cluster_cron_publish_latency_seconds",
+            "From an on-time slot's fire time until its message was in the broker.",
+            buckets=LATENCY_BUCKETS,
+        )
+        self.publish_failures = Counter(
+            "cluster_cron_publish_failures",
+            "Messages the broker did not take (they stay pending for the outbox).",
+        )
+        self.republished = Counter(
+            "cluster_cron_outbox_republished",
+            "Runs the outbox sent again because no worker had started them.",
+        )
+        self.runs_lost = Counter(
+            "cluster_cron_runs_lost",
+            "Running runs whose worker stopped beating, by whether they were retried.",
+            ["retried"],
+        )
+        self.oldest_pending = Gauge(
+            "cluster_cron_oldest_pending_run_age_seconds",
+            "Age of the oldest run recorded but not yet taken by a worker (0 if none).",
+            multiprocess_mode="livemax",
+        )
+        self.clock_offset = Gauge(
+            "cluster_cron_clock_offset_seconds",
+            "This host's clock minus the database server's, as the scheduler last measured it.",
+            ["node"],
+            multiprocess_mode="liveall",
+        )
+        # -- the workers ------------------------------------------------------------------------
+        self.runs = Counter(
+            "cluster_cron_runs",
+            "Runs by what happened on the worker: claimed, succeeded, failed, retried, skipped, "
+            "cancelled, expired.",
+            ["outcome"],
+        )
+        self.duplicates = Counter(
+            "cluster_cron_duplicate_deliveries",
+            "Deliveries of a run that lost the claim (a second copy of a message): dropped.",
+        )
+        self.run_duration = Histogram(
+            "cluster_cron_run_duration_seconds",
+            "How long job bodies ran, by job (at most METRICS_JOB_LABEL_LIMIT names per process, "
+            f"the rest as {OTHER_JOBS!r}).",
+            ["job"],
+            buckets=DURATION_BUCKETS,
+        )
+        self.last_success = Gauge(
+            "cluster_cron_last_success_timestamp_seconds",
+            "When a run of the job last succeeded (database time, Unix seconds): the dead-man's "
+            "switch alerts compare it with time().",
+            ["job"],
+            multiprocess_mode="max",
+        )
+        self.claim = Histogram(
+            "cluster_cron_claim_seconds",
+            "The worker's own cost per run: the claim before the body.",
+            buckets=CLAIM_BUCKETS,
+        )
+        self._jobs: set[str] = set()
+        self._jobs_lock = threading.Lock()
+
+    def job_label(self, name: str) -> str:
+        """The job's name while few names have been seen here; past the cap, one bucket."""
+        from ..conf import app_settings
+
+        limit = app_settings.METRICS_JOB_LABEL_LIMIT
+        if limit == 0:
+            return OTHER_JOBS
+        with self._jobs_lock:
+            if name in self._jobs or len(self._jobs) < limit:
+                self._jobs.add(name)
+                return name
+        return OTHER_JOBS
+
+
+@functools.cache
+def _metrics() -> Metrics:
+    return Metrics()
+
+
+def get() -> Any:
+    """The metrics of this process, or a stand-in that ignores every call."""
+    if not enabled():
+        return NULL
+    try:
+        return _metrics()
+    except Exception:  # never let metrics break scheduling or a run
+        logger.exception("metrics.unavailable")
+        return NULL
+
+
+def observe_each(histogram: Any, values: Iterable[float]) -> None:
+    for value in values:
+        histogram.observe(value)
+
+
+# -- exporters ----------------------------------------------------------------------------------
+
+
+def registry() -> Any:
+    """What ``/metrics`` serves: every process's values in multiprocess mode, else this one's."""
+    from prometheus_client import REGISTRY, CollectorRegistry, multiprocess
+
+    if os.environ.get(MULTIPROC_ENV):
+        collected = CollectorRegistry()
+        multiprocess.MultiProcessCollector(collected)  # type: ignore[no-untyped-call]
+        return collected
+    return REGISTRY
+
+
+def serve(port: int, host: str = "0.0.0.0") -> int:
+    """Serve ``/metrics`` on a thread; return the port (``0`` picks a free one)."""
+    if not installed():
+        raise RuntimeError(
+            "metrics need prometheus_client: pip install 'django-cluster-cron[metrics]'"
+        )
+    from prometheus_client import start_http_server
+
+    server, _thread = start_http_server(port, addr=host, registry=registry())
+    bound = int(server.server_address[1])
+    logger.info("metrics.listening port=%s path=/metrics", bound)
+    return bound
+
+
+def prepare_worker_directory() -> str | None:
+    """Before a worker's pool starts: make sure multiprocess mode has a directory.
+
+    A directory given in the environment is kept across restarts on purpose: counters carry on
+    (Prometheus handles either), and ``cluster_cron_last_success_timestamp_seconds`` — the
+    dead-man's switch — survives a worker restart. The workers set no live gauges, the one kind a
+    dead process's files would distort.
+    """
+    if not installed():
+        return None
+    directory = os.environ.get(MULTIPROC_ENV)
+    if not directory:
+        directory = tempfile.mkdtemp(prefix="cluster-cron-metrics-")
+        os.environ[MULTIPROC_ENV] = directory
+    from prometheus_client import values
+
+    if "MultiProcess" not in getattr(values.ValueClass, "__qualname__", ""):
+        logger.warning(
+            "metrics.single_process: prometheus_client was imported before %s was set, so pool "
+            "processes' values are not added up; set %s in the worker's environment",
+            MULTIPROC_ENV,
+            MULTIPROC_ENV,
+        )
+    return directory
+
+
+def mark_process_dead(pid: int) -> None:
+    if os.environ.get(MULTIPROC_ENV) and installed():
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]

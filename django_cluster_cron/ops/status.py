@@ -1,0 +1,157 @@
+"""What the admin's cluster page shows: leader, epoch, nodes, recent runs, stuck runs, locks.
+
+Scheduler nodes report themselves through the lease backend (Redis: short-lived keys
+``<KEY_PREFIX>:node:<node id>``; database: one row per node in ``NodeReport``), refreshed every
+second or few and expiring a few TTLs after the node stops, so a standby that died simply
+disappears from the page. Every time here is the database's (DESIGN G7).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db.models import Count, Q
+
+from ..conf import app_settings
+from ..dbtime import database_now
+from ..leases import LEADER, LOCK_PREFIX, LeaseBackend, get_backend
+from ..leases.base import HeldLease, node_of
+from ..models import JobRun, RunStatus, SchedulerLease
+
+logger = logging.getLogger("django_cluster_cron.status")
+
+
+def report_node(
+    backend: LeaseBackend,
+    *,
+    node_id: str,
+    epoch: int | None,
+    seen: datetime,
+    last_tick: datetime | None,
+    lag: float | None,
+    ttl: float,
+    clock_offset: float | None = None,
+    clock_skewed: bool = False,
+) -> None:
+    payload = {
+        "node": node_id,
+        "role": "leader" if epoch is not None else "standby",
+        "epoch": epoch,
+        "seen": seen.isoformat(),
+        "last_tick": last_tick.isoformat() if last_tick else None,
+        "lag": lag,
+        "clock_offset": clock_offset,
+        "clock_skewed": clock_skewed,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+    }
+    backend.report_node(node_id, payload, ttl)
+
+
+# A held cluster lock as the page lists it (name without the ``lock:`` prefix).
+HeldLock = HeldLease
+
+
+@dataclass
+class ClusterStatus:
+    now: datetime
+    leader_token: str | None = None
+    lease_left: float | None = None
+    epoch: int | None = None
+    epoch_holder: str = ""
+    acquired_at: datetime | None = None
+    last_write_at: datetime | None = None
+    nodes: list[dict[str, Any]] = field(default_factory=list)
+    runs_last_hour: dict[str, int] = field(default_factory=dict)
+    stuck: list[JobRun] = field(default_factory=list)
+    locks: list[HeldLock] = field(default_factory=list)
+    backend: str = ""
+    # The lease backend could not be read (Redis or the database down): what was said.
+    backend_error: str = ""
+
+    @property
+    def leader_node(self) -> str | None:
+        return node_of(self.leader_token)
+
+    @property
+    def leader_report(self) -> dict[str, Any] | None:
+        """The node report of the node that holds the lease, if it has reported."""
+        leader = self.leader_node
+        for report in self.nodes:
+            if leader is not None and report.get("node") == leader:
+                return report
+        return None
+
+    @property
+    def redis_error(self) -> str:
+        return self.backend_error if self.backend == "redis" else ""
+
+
+def cluster_status(now: datetime | None = None, *, runs: bool = True) -> ClusterStatus:
+    """What the cluster page shows. ``runs=False`` leaves out the run counts and stuck runs (the
+    health checks read bounded views of the ledger themselves)."""
+    now = now or database_now()
+    status = ClusterStatus(now=now)
+    lease = SchedulerLease.objects.filter(name="leader").first()
+    if lease is not None:
+        status.epoch = lease.epoch
+        status.epoch_holder = lease.holder
+        status.acquired_at = lease.acquired_at
+        status.last_write_at = lease.last_write_at
+    if runs:
+        hour_ago = now - timedelta(hours=1)
+        status.runs_last_hour = dict(
+            JobRun.objects.filter(scheduled_for__gte=hour_ago, scheduled_for__lte=now)
+            .values_list("status")
+            .annotate(n=Count("pk"))
+            .order_by()
+        )
+        status.stuck = list(stuck_runs(now)[:20])
+    backend = get_backend()
+    status.backend = backend.name
+    try:
+        _read_backend(status, backend)
+    except Exception as exc:
+        status.backend_error = f"{type(exc).__name__}: {exc}"
+    finally:
+        # A web server's thread reads this page now and then: it keeps no lease connection.
+        from ..leases.database import close_private_connection
+
+        close_private_connection()
+    return status
+
+
+def stuck_runs(now: datetime) -> Any:
+    """Runs waiting too long for a worker, or running without a recent heartbeat."""
+    waiting_limit = now - 2 * app_settings.OUTBOX_REPUBLISH_AFTER
+    silent_limit = now - app_settings.RUN_LOST_AFTER
+    return (
+        JobRun.objects.select_related("job")
+        .filter(
+            Q(status__in=[RunStatus.PENDING, RunStatus.QUEUED], created_at__lt=waiting_limit)
+            | Q(status=RunStatus.RUNNING, heartbeat_at__lt=silent_limit)
+        )
+        .order_by("scheduled_for")
+    )
+
+
+def _read_backend(status: ClusterStatus, backend: LeaseBackend) -> None:
+    lease = backend.lease(LEADER, "cluster-page", 1.0)
+    status.leader_token = lease.holder()
+    if status.leader_token is not None:
+        status.lease_left = lease.remaining()
+    status.nodes = backend.node_reports()
+    status.nodes.sort(key=lambda n: (n.get("role") != "leader", str(n.get("node"))))
+    status.locks = backend.held(LOCK_PREFIX)
+
+
+def force_release_lock(name: str) -> bool:
+    """Free a cluster lock whatever its owner (an operator's last resort)."""
+    deleted = get_backend().force_release(LOCK_PREFIX + name)
+    logger.warning("lock.force_released name=%s deleted=%s", name, deleted)
+    return deleted

@@ -1,0 +1,207 @@
+"""The worker's two writes per run, compiled once per process: the claim and the final record.
+
+Every run costs a claim (the conditional UPDATE that only one delivery wins, and reading the run
+and its job) and a final conditional UPDATE. Through the ORM, building those statements cost
+several times what the database spends running them (a run row and a job row have some fifty
+columns between them), so they are built here once per database connection's vendor and reused:
+
+* PostgreSQL: the claim is one statement, ``UPDATE … FROM job … RETURNING`` the run's and the
+  job's columns.
+* MySQL/MariaDB (no ``UPDATE … RETURNING``) and SQLite (whose ``RETURNING`` cannot name the
+  joined table): the claim's UPDATE, then one SELECT of the run joined to its job.
+* The final record is an UPDATE of the fields the outcome writes, conditional on the run still
+  being ``running`` at this attempt, its ``finished_at`` the database's time.
+
+Rows become model instances with the ORM's own converters (``from_db``), so what a task reads
+through ``current_run()`` is exactly what a queryset would give. The statements are checked
+against the ORM's in the test suite.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, cast
+
+from django.db import connections, router
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import Field, Model
+from django.db.models.expressions import Col
+
+from ..dbtime import DbNow
+from ..models import JobDefinition, JobRun, RunStatus
+
+__all__ = ["CLAIMABLE", "claim_run", "finish_run"]
+
+CLAIMABLE = (RunStatus.PENDING, RunStatus.QUEUED, RunStatus.RETRYING)
+
+Converter = Callable[[Any, Any, Any], Any]
+
+
+def _columns(model: type[Model]) -> list[Field[Any, Any]]:
+    return list(model._meta.concrete_fields)
+
+
+def _column_name(field: Field[Any, Any]) -> str:
+    if not field.column:  # pragma: no cover - every concrete field has a column
+        raise RuntimeError(f"{field} has no column")
+    return field.column
+
+
+class _Columns:
+    """One model's concrete columns as SQL, and how to turn a row slice into an instance."""
+
+    def __init__(self, model: type[Model], connection: BaseDatabaseWrapper) -> None:
+        quote = connection.ops.quote_name
+        self.model = model
+        self.fields = _columns(model)
+        table = quote(model._meta.db_table)
+        self.sql = ", ".join(f"{table}.{quote(_column_name(f))}" for f in self.fields)
+        self.attnames = [f.attname for f in self.fields]
+        self.converters: list[tuple[Col, list[Converter]]] = []
+        for field in self.fields:
+            column = Col(model._meta.db_table, field)
+            found = connection.ops.get_db_converters(column) + column.get_db_converters(connection)
+            self.converters.append((column, found))
+
+    def build(self, values: Sequence[Any], connection: BaseDatabaseWrapper) -> Any:
+        converted = []
+        for value, (column, converters) in zip(values, self.converters, strict=True):
+            for convert in converters:
+                value = convert(value, column, connection)
+            converted.append(value)
+        return self.model.from_db(connection.alias, self.attnames, converted)
+
+
+class _Statements:
+    """The claim and the final record for one database connection (its alias and vendor)."""
+
+    def __init__(self, connection: BaseDatabaseWrapper) -> None:
+        quote = connection.ops.quote_name
+        self.vendor = connection.vendor
+        self.run = _Columns(JobRun, connection)
+        self.job = _Columns(JobDefinition, connection)
+        compiler = JobRun.objects.none().query.get_compiler(connection=connection)
+        now, now_params = compiler.compile(DbNow())
+        if now_params:  # pragma: no cover - no backend we support puts parameters in it
+            raise RuntimeError("the database's time needs parameters on this backend")
+        self.now = now
+        run_table = quote(JobRun._meta.db_table)
+        job_table = quote(JobDefinition._meta.db_table)
+        self.run_table = run_table
+
+        # Field name -> its column, as a SET clause names it, and as a condition names it.
+        self.assign = assign = {f.name: quote(_column_name(f)) for f in _columns(JobRun)}
+
+        def column(name: str) -> str:
+            return f"{run_table}.{assign[name]}"
+
+        self.column = column
+        assignments = ", ".join(
+            [
+                f"{assign['status']} = %s",
+                f"{assign['started_at']} = {now}",
+                f"{assign['heartbeat_at']} = {now}",
+                f"{assign['worker']} = %s",
+                f"{assign['finished_at']} = NULL",
+                f"{assign['duration']} = NULL",
+                f"{assign['retry_at']} = NULL",
+            ]
+        )
+        match = (
+            f"{column('id')} = %s AND {column('task_id')} = %s AND {column('attempt')} = %s"
+            f" AND {column('status')} IN (%s, %s, %s)"
+        )
+        join = quote(_column_name(cast("Field[Any, Any]", JobDefinition._meta.pk)))
+        if self.vendor == "postgresql":
+            self.claim_sql = (
+                f"UPDATE {run_table} SET {assignments} FROM {job_table} WHERE {match}"
+                f" AND {job_table}.{join} = {column('job')}"
+                f" RETURNING {self.run.sql}, {self.job.sql}"
+            )
+            self.select_sql = ""
+        else:
+            self.claim_sql = f"UPDATE {run_table} SET {assignments} WHERE {match}"
+            self.select_sql = (
+                f"SELECT {self.run.sql}, {self.job.sql} FROM {run_table} INNER JOIN {job_table}"
+                f" ON ({job_table}.{join} = {column('job')}) WHERE {column('id')} = %s"
+            )
+        self._finish_sql: dict[tuple[str, ...], tuple[str, list[Field[Any, Any]]]] = {}
+        self._fields = {f.name: f for f in _columns(JobRun)}
+
+    def claim(
+        self, connection: BaseDatabaseWrapper, run_id: int, task_id: str, attempt: int, worker: str
+    ) -> JobRun | None:
+        params: list[Any] = [str(RunStatus.RUNNING), worker, run_id, task_id, attempt]
+        params += [str(status) for status in CLAIMABLE]
+        with connection.cursor() as cursor:
+            cursor.execute(self.claim_sql, params)
+            if self.select_sql:
+                if cursor.rowcount != 1:
+                    return None
+                cursor.execute(self.select_sql, [run_id])
+            row = cursor.fetchone()
+        if row is None:
+            return None
+        split = len(self.run.fields)
+        run: JobRun = self.run.build(row[:split], connection)
+        job = self.job.build(row[split:], connection)
+        JobRun._meta.get_field("job").set_cached_value(run, job)  # type: ignore[union-attr]
+        return run
+
+    def finish(
+        self,
+        connection: BaseDatabaseWrapper,
+        run_id: int,
+        attempt: int,
+        values: Mapping[str, Any],
+    ) -> int:
+        names = tuple(values)
+        compiled = self._finish_sql.get(names)
+        if compiled is None:
+            fields = [self._fields[name] for name in names]
+            assignments = ", ".join(
+                [f"{self.assign[name]} = %s" for name in names]
+                + [f"{self.assign['finished_at']} = {self.now}"]
+            )
+            sql = (
+                f"UPDATE {self.run_table} SET {assignments} WHERE {self.column('id')} = %s"
+                f" AND {self.column('status')} = %s AND {self.column('attempt')} = %s"
+            )
+            compiled = self._finish_sql[names] = (sql, fields)
+        sql, fields = compiled
+        params = [field.get_db_prep_save(values[field.name], connection) for field in fields]
+        params += [run_id, str(RunStatus.RUNNING), attempt]
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return int(cursor.rowcount)
+
+
+_lock = threading.Lock()
+_statements: dict[tuple[str, str], _Statements] = {}
+
+
+def _for(using: str | None = None) -> tuple[BaseDatabaseWrapper, _Statements]:
+    alias = using or router.db_for_write(JobRun)
+    connection = connections[alias]
+    key = (alias, connection.vendor)
+    found = _statements.get(key)
+    if found is None:
+        with _lock:
+            found = _statements.get(key) or _Statements(connection)
+            _statements[key] = found
+    return connection, found
+
+
+def claim_run(run_id: int, task_id: str, attempt: int, worker: str) -> JobRun | None:
+    """Take the run for this delivery if it is still claimable (one delivery can win): it is
+    ``running`` from the database's now, on ``worker``. Returns the run with its job, or None."""
+    connection, statements = _for()
+    return statements.claim(connection, run_id, task_id, attempt, worker)
+
+
+def finish_run(run_id: int, attempt: int, values: Mapping[str, Any]) -> int:
+    """Write ``values`` and ``finished_at`` (database time) if the run is still ``running`` at
+    ``attempt``; the number of rows written (0 or 1)."""
+    connection, statements = _for()
+    return statements.finish(connection, run_id, attempt, values)

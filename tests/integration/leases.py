@@ -1,0 +1,51 @@
+"""Lease backends for tests: each of the three, set up on the suite's services."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from django_cluster_cron.leases import LeaseBackend
+
+BACKENDS = ["redis", "database", "memory"]
+
+
+def wait_until(condition: Callable[[], bool], timeout: float) -> bool:
+    """Poll ``condition`` every 20 ms until it holds or ``timeout`` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return condition()
+
+
+def make_backend(name: str, request: pytest.FixtureRequest) -> LeaseBackend:
+    """A fresh backend of kind ``name`` (Redis flushed, database rows cleared by the test's
+    transactional database, memory new)."""
+    if name == "redis":
+        from django_cluster_cron.leases.redis import RedisBackend
+
+        client = request.getfixturevalue("redis_client")
+        return RedisBackend(client=client, prefix="test-lease")
+    if name == "database":
+        from django_cluster_cron.leases.database import DatabaseBackend
+
+        return DatabaseBackend()  # the test must use the transactional database
+    from django_cluster_cron.leases.memory import MemoryLeaseBackend
+
+    return MemoryLeaseBackend()
+
+
+@pytest.fixture(params=BACKENDS)
+def lease_backend(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """Each lease backend in turn (the test runs once per backend)."""
+    from django_cluster_cron.leases.database import close_private_connection
+
+    try:
+        yield make_backend(request.param, request)
+    finally:
+        close_private_connection()

@@ -1,0 +1,323 @@
+"""Health from outside: ``cluster_health``, the JSON view, and one process's probe endpoints."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from datetime import timedelta
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from django.core.management import call_command
+from django.urls import reverse
+from django.utils import timezone
+
+from django_cluster_cron.core.clock import OffsetClock
+from django_cluster_cron.models import JobDefinition, JobRun, RunStatus, RunTrigger
+from django_cluster_cron.ops import probe
+from django_cluster_cron.ops.health import FAIL, OK, WARN, cluster_health
+from django_cluster_cron.querycount import count_queries
+from django_cluster_cron.scheduler import build_scheduler
+from django_cluster_cron.scheduler.loop import Health
+from django_cluster_cron.testing import NoWait
+from tests.integration.cluster import wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+HEALTH = reverse("django_cluster_cron:health")
+
+
+@pytest.fixture
+def leader(settings, redis_client):
+    settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "KEY_PREFIX": f"t{uuid.uuid4().hex[:8]}"}
+    made = []
+
+    def make(**kwargs):
+        scheduler = build_scheduler(
+            node_id=kwargs.pop("node_id", "node-a"),
+            sleeper=NoWait(),
+            stop=threading.Event(),
+            **kwargs,
+        )
+        scheduler.step()
+        made.append(scheduler)
+        return scheduler
+
+    yield make
+    for scheduler in made:
+        scheduler.shutdown()
+
+
+def by_name(report):
+    return {check.name: check for check in report.checks}
+
+
+def make_job(name="job"):
+    job = JobDefinition(name=name, cron="0 0 1 1 *", timezone="UTC", task="tests.add")
+    job.full_clean()
+    job.save()
+    return job
+
+
+def add_run(job, status, slot, **fields):
+    return JobRun.objects.create(
+        job=job,
+        scheduled_for=slot,
+        task_id=job.task_id_for(slot),
+        trigger=RunTrigger.SCHEDULE,
+        status=status,
+        **fields,
+    )
+
+
+def test_a_cluster_with_a_ticking_leader_is_healthy(leader):
+    scheduler = leader()
+    assert scheduler.is_leader
+    report = cluster_health()
+    checks = by_name(report)
+    assert report.healthy, report.lines()
+    assert [c.name for c in report.checks] == [
+        "database",
+        "lease_backend",
+        "leader",
+        "leader_tick",
+        "dispatch_lag",
+        "waiting_runs",
+        "running_runs",
+        "clock_skew",
+        "broker",
+    ]
+    assert all(c.status == OK for c in report.checks), report.lines()
+    assert "node-a holds the lease" in checks["leader"].reason
+
+
+def test_no_leader_fails_and_the_command_exits_one(settings, redis_client, capsys):
+    settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "KEY_PREFIX": f"t{uuid.uuid4().hex[:8]}"}
+    report = cluster_health()
+    assert not report.healthy
+    assert by_name(report)["leader"].status == FAIL
+    assert by_name(report)["leader_tick"].status == FAIL
+    with pytest.raises(SystemExit) as exited:
+        call_command("cluster_health")
+    assert exited.value.code == 1
+    out = capsys.readouterr().out
+    assert "fail leader: no scheduler holds the lease" in out
+    assert out.strip().endswith("cluster: NOT healthy")
+
+
+def test_the_command_exits_zero_when_healthy_and_prints_json(leader, capsys):
+    leader()
+    call_command("cluster_health")  # no SystemExit: exit status 0
+    assert "cluster: healthy" in capsys.readouterr().out
+    call_command("cluster_health", "--json")
+    document = json.loads(capsys.readouterr().out)
+    assert document["healthy"] is True
+    assert {c["name"] for c in document["checks"]} >= {"leader", "broker"}
+
+
+def test_runs_waiting_long_past_their_slot_warn_then_fail(leader, settings):
+    leader()
+    settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "OUTBOX_REPUBLISH_AFTER": 10}
+    job = make_job()
+    now = timezone.now()
+    add_run(job, RunStatus.QUEUED, now - timedelta(seconds=60))
+    check = by_name(cluster_health(broker=False))["waiting_runs"]
+    assert check.status == WARN, check
+    add_run(job, RunStatus.PENDING, now - timedelta(seconds=600))
+    check = by_name(cluster_health(broker=False))["waiting_runs"]
+    assert check.status == FAIL, check
+    assert 590 < (check.value or 0) < 700
+    # Runs not due yet (a retry's ETA, a future slot) are not waiting.
+    JobRun.objects.all().delete()
+    add_run(job, RunStatus.PENDING, now + timedelta(minutes=5))
+    assert by_name(cluster_health(broker=False))["waiting_runs"].status == OK
+
+
+def test_a_running_run_without_heartbeat_warns_then_fails(leader, settings):
+    leader()
+    settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "RUN_LOST_AFTER": 10}
+    job = make_job()
+    now = timezone.now()
+    run = add_run(job, RunStatus.RUNNING, now - timedelta(minutes=1), heartbeat_at=now)
+    assert by_name(cluster_health(broker=False))["running_runs"].status == OK
+    JobRun.objects.filter(pk=run.pk).update(heartbeat_at=now - timedelta(seconds=15))
+    assert by_name(cluster_health(broker=False))["running_runs"].status == WARN
+    JobRun.objects.filter(pk=run.pk).update(heartbeat_at=now - timedelta(seconds=60))
+    assert by_name(cluster_health(broker=False))["running_runs"].status == FAIL
+
+
+def test_a_skewed_node_is_a_warning_not_a_failure(leader):
+    ahead = OffsetClock(
+        host=lambda: timezone.now() + timedelta(seconds=30), warn_after=timedelta(seconds=1)
+    )
+    leader(clock=ahead)
+    report = cluster_health(broker=False)
+    check = by_name(report)["clock_skew"]
+    assert check.status == WARN
+    # Measured around a round trip to the database: within a few milliseconds of +30 s.
+    assert check.value == pytest.approx(30, abs=0.05)
+    assert re.search(r"node-a \+(29\.9[5-9]\d|30\.0[0-4]\d) s", check.reason), check.reason
+    assert report.healthy
+
+
+def test_an_unreachable_database_is_one_failed_check_not_a_crash(settings, capsys):
+    from django.db import connections
+
+    original = dict(connections["default"].settings_dict)
+    connections["default"].close()
+    connections["default"].settings_dict.update(
+        {"NAME": "/nonexistent/dir/db.sqlite3"}
+        if connections["default"].vendor == "sqlite"
+        else {"HOST": "127.0.0.1", "PORT": "1"}
+    )
+    try:
+        report = cluster_health(broker=False)
+    finally:
+        connections["default"].close()
+        connections["default"].settings_dict.update(original)
+    assert [(c.name, c.status) for c in report.checks] == [("database", FAIL)]
+    assert "unreachable" in report.checks[0].reason
+
+
+def test_an_unreachable_broker_fails(leader, settings):
+    from tests.testapp.celery import app
+
+    leader()
+    original = app.conf.broker_url
+    app.conf.update(broker_url="redis://127.0.0.1:1/0")  # nothing listens on port 1
+    try:
+        check = by_name(cluster_health())["broker"]
+    finally:
+        app.conf.update(broker_url=original)
+    assert check.status == FAIL
+    assert "unreachable" in check.reason
+
+
+def test_the_health_view_answers_json_200_or_503(leader, client, settings, redis_client):
+    response = client.get(HEALTH + "?broker=0")
+    assert response.status_code == 503
+    assert response["Content-Type"] == "application/json"
+    assert response.json()["healthy"] is False
+    leader()
+    response = client.get(HEALTH)
+    assert response.status_code == 200, response.json()
+    assert response.json()["status"] == OK
+    assert client.post(HEALTH).status_code == 405
+
+
+@pytest.mark.parametrize("runs", [10, 400])
+def test_the_health_checks_cost_the_same_queries_whatever_the_ledger_holds(leader, runs):
+    leader()
+    job = make_job()
+    now = timezone.now()
+    JobRun.objects.bulk_create(
+        JobRun(
+            job=job,
+            scheduled_for=now - timedelta(minutes=i + 1),
+            task_id=job.task_id_for(now - timedelta(minutes=i + 1)),
+            trigger=RunTrigger.SCHEDULE,
+            status=RunStatus.SUCCESS if i % 3 else RunStatus.QUEUED,
+        )
+        for i in range(runs)
+    )
+    with count_queries() as queries:
+        cluster_health(broker=False)
+    assert len(queries) == HEALTH_QUERIES, [sql for sql, _ in queries.queries]
+
+
+# The database's clock (also the database check), the leader row, the oldest pending, the oldest
+# queued, the oldest silent running run (the lease backend is Redis here: no SQL for the leader
+# and node reports).
+HEALTH_QUERIES = 5
+
+
+# -- one process: its probe endpoints and systemd's watchdog ------------------------------------
+
+
+def fake_scheduler(last_pass_ago=0.5, down=None):
+    health = Health()
+    now = time.monotonic()
+    health.down_since = {name: now - seconds for name, seconds in (down or {}).items()}
+    return SimpleNamespace(
+        node_id="n",
+        is_leader=True,
+        epoch=3,
+        backend=SimpleNamespace(name="redis"),
+        lease=SimpleNamespace(ttl=10.0),
+        poll_interval=1.0,
+        renew_interval=3.3,
+        sweep_interval=15.0,
+        last_pass=None if last_pass_ago is None else now - last_pass_ago,
+        health=health,
+    )
+
+
+def test_liveness_is_the_loop_turning_and_readiness_adds_the_dependencies():
+    assert probe.process_health(fake_scheduler())["alive"] is True
+    assert probe.process_health(fake_scheduler())["ready"] is True
+    stuck = probe.process_health(fake_scheduler(last_pass_ago=600))
+    assert (stuck["alive"], stuck["ready"]) == (False, False)
+    assert probe.process_health(fake_scheduler(last_pass_ago=None))["alive"] is False
+    # Redis down a little while: still ready (the loop rides short outages out)...
+    brief = probe.process_health(fake_scheduler(down={"redis": 5}))
+    assert (brief["alive"], brief["ready"]) == (True, True)
+    # ...down for longer than the bound: alive (do not restart it) but not ready.
+    long = probe.process_health(fake_scheduler(down={"redis": 120}))
+    assert (long["alive"], long["ready"]) == (True, False)
+    assert long["down_for_seconds"]["redis"] >= 119
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_run_scheduler_serves_probes_and_pings_the_systemd_watchdog(cluster, tmp_path: Path):
+    notify_path = tmp_path / "notify.sock"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(notify_path))
+    sock.settimeout(20)
+    try:
+        cluster.start("probed", NOTIFY_SOCKET=str(notify_path), WATCHDOG_USEC="10000000")
+        messages = {sock.recv(64).decode() for _ in range(3)}
+    finally:
+        sock.close()
+    assert "READY=1" in messages
+    assert "WATCHDOG=1" in messages
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_the_probe_endpoints_of_a_real_scheduler(cluster):
+    cluster.start("probed", args=["--health-port", "0", "--health-host", "127.0.0.1"])
+    port = wait_for(
+        lambda: re.findall(r"health.listening port=(\d+)", cluster.log("probed")),
+        30,
+        "the probe server to listen",
+    )[0]
+    base = f"http://127.0.0.1:{port}"
+
+    def get(path):
+        try:
+            with urllib.request.urlopen(base + path, timeout=5) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as error:
+            return error.code, json.loads(error.read() or b"{}")
+
+    def live():
+        status, body = get("/livez")
+        return body if status == 200 else None
+
+    body = wait_for(live, 20, "/livez to answer 200")
+    assert body["node"] == "probed"
+    assert body["alive"] is True
+    assert body["seconds_since_last_pass"] < 5
+    wait_for(lambda: get("/readyz")[1].get("role") == "leader", 20, "it to lead")
+    assert get("/healthz")[0] == 200
+    with pytest.raises(urllib.error.HTTPError) as missing:
+        urllib.request.urlopen(base + "/nope", timeout=5)
+    assert missing.value.code == 404

@@ -1,0 +1,196 @@
+"""What every lease backend promises, run against each of them (Redis, the database, memory).
+
+Ownership by token, expiry, renewal, release, and the cluster page's view of held leases and node
+reports. Backend-specific behaviour (junk in Redis, hand-edited rows, outages) lives in
+test_lease_redis.py and test_lease_database.py.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from django_cluster_cron.leases import LeaseBackend
+from tests.integration.leases import lease_backend, wait_until
+
+__all__ = ["lease_backend"]
+
+# The database backend needs the test database; its rows must be committed (other connections).
+pytestmark = pytest.mark.django_db(transaction=True)
+
+NAME = "leader"
+
+
+def test_only_one_of_two_nodes_acquires_and_holder_shows_the_winners_token(
+    lease_backend: LeaseBackend,
+) -> None:
+    first = lease_backend.lease(NAME, "node-a", ttl=1)
+    second = lease_backend.lease(NAME, "node-b", ttl=1)
+
+    assert first.holder() is None
+    assert first.remaining() is None
+    assert first.try_acquire() is True
+    assert second.try_acquire() is False
+
+    assert first.holder() == second.holder() == first.token
+    assert first.token.startswith("node-a:")
+    assert 0 < (first.remaining() or 0) <= 1
+
+
+def test_two_processes_with_the_same_node_id_get_different_tokens(
+    lease_backend: LeaseBackend,
+) -> None:
+    first = lease_backend.lease(NAME, "host-1", ttl=1)
+    second = lease_backend.lease(NAME, "host-1", ttl=1)
+
+    assert first.token != second.token
+    assert first.try_acquire() is True
+    assert second.try_acquire() is False
+    assert second.renew() is False
+    assert second.release() is False
+    assert first.holder() == first.token
+
+
+def test_acquiring_again_while_holding_returns_true_and_rearms_the_ttl(
+    lease_backend: LeaseBackend,
+) -> None:
+    lease = lease_backend.lease(NAME, "node-a", ttl=0.6)
+    assert lease.try_acquire() is True
+    time.sleep(0.4)  # most of the TTL passes
+
+    assert lease.try_acquire() is True
+
+    assert (lease.remaining() or 0) > 0.35
+    assert lease.holder() == lease.token
+
+
+def test_a_stale_holder_can_neither_renew_nor_release_after_another_node_took_over(
+    lease_backend: LeaseBackend,
+) -> None:
+    stale = lease_backend.lease(NAME, "node-a", ttl=0.3)
+    successor = lease_backend.lease(NAME, "node-b", ttl=5)
+    assert stale.try_acquire() is True
+
+    # node-a "pauses" past its TTL; node-b takes over.
+    assert wait_until(successor.try_acquire, timeout=3)
+
+    assert stale.renew() is False
+    assert stale.release() is False
+    assert stale.try_acquire() is False
+    assert successor.holder() == successor.token
+    assert (successor.remaining() or 0) > 4  # the stale renew did not touch the TTL either
+
+
+def test_a_standby_acquires_once_the_ttl_passes_without_renewal(
+    lease_backend: LeaseBackend,
+) -> None:
+    leader = lease_backend.lease(NAME, "node-a", ttl=0.3)
+    standby = lease_backend.lease(NAME, "node-b", ttl=0.3)
+    started = time.monotonic()
+    assert leader.try_acquire() is True
+    assert standby.try_acquire() is False
+
+    assert wait_until(standby.try_acquire, timeout=3)
+
+    assert time.monotonic() - started >= 0.25
+    assert leader.holder() == standby.token
+    assert leader.renew() is False
+
+
+def test_renewing_keeps_the_lease_for_several_ttls(lease_backend: LeaseBackend) -> None:
+    leader = lease_backend.lease(NAME, "node-a", ttl=0.6)
+    standby = lease_backend.lease(NAME, "node-b", ttl=0.6)
+    assert leader.try_acquire() is True
+
+    deadline = time.monotonic() + 2.4  # four TTLs
+    while time.monotonic() < deadline:
+        time.sleep(0.2)  # renew at TTL/3, as the scheduler does
+        assert leader.renew() is True
+        assert standby.try_acquire() is False
+
+    assert leader.holder() == leader.token
+    assert 0.4 < (leader.remaining() or 0) <= 0.6
+
+
+def test_renew_with_a_ttl_sets_that_ttl(lease_backend: LeaseBackend) -> None:
+    # A cluster lock's at_least keeps a released lock held for the rest of its minimum time,
+    # shorter or longer than its TTL.
+    lease = lease_backend.lease(NAME, "node-a", ttl=1)
+    assert lease.try_acquire() is True
+    assert lease.renew(ttl=3) is True
+    assert 2 < (lease.remaining() or 0) <= 3
+    other = lease_backend.lease(NAME, "node-b", ttl=1)
+    assert other.try_acquire() is False
+    assert lease.renew(ttl=0.2) is True
+    assert wait_until(other.try_acquire, timeout=3)
+
+
+def test_release_frees_the_lease_at_once_and_another_node_acquires_immediately(
+    lease_backend: LeaseBackend,
+) -> None:
+    leader = lease_backend.lease(NAME, "node-a", ttl=30)
+    successor = lease_backend.lease(NAME, "node-b", ttl=30)
+    assert leader.try_acquire() is True
+
+    assert leader.release() is True
+
+    assert leader.holder() is None
+    assert successor.try_acquire() is True
+    assert leader.release() is False  # a second release finds someone else's lease
+    assert successor.holder() == successor.token
+
+
+def test_leases_of_different_names_are_independent(lease_backend: LeaseBackend) -> None:
+    a = lease_backend.lease("lock:a", "node-a", ttl=5)
+    b = lease_backend.lease("lock:b", "node-b", ttl=5)
+    assert a.try_acquire() is True
+    assert b.try_acquire() is True
+    assert a.holder() == a.token
+    assert b.holder() == b.token
+
+
+def test_the_cluster_page_lists_held_locks_and_force_release_frees_one(
+    lease_backend: LeaseBackend,
+) -> None:
+    held = lease_backend.lease("lock:reports", "node-a", ttl=30)
+    expired = lease_backend.lease("lock:expired", "node-a", ttl=0.2)
+    released = lease_backend.lease("lock:released", "node-a", ttl=30)
+    assert held.try_acquire()
+    assert expired.try_acquire()
+    assert released.try_acquire()
+    assert released.release()
+    time.sleep(0.3)
+
+    listed = lease_backend.held("lock:")
+    assert [(h.name, h.owner) for h in listed] == [("reports", held.token)]
+    assert 25 < (listed[0].ttl or 0) <= 30
+
+    assert lease_backend.force_release("lock:reports") is True
+    assert lease_backend.force_release("lock:reports") is False
+    assert lease_backend.held("lock:") == []
+    assert held.renew() is False  # the owner finds out at its next heartbeat
+
+
+def test_node_reports_are_listed_until_they_expire(lease_backend: LeaseBackend) -> None:
+    lease_backend.report_node("a", {"node": "a", "role": "leader"}, ttl=30)
+    lease_backend.report_node("b", {"node": "b", "role": "standby"}, ttl=0.3)
+    lease_backend.report_node("a", {"node": "a", "role": "standby"}, ttl=30)  # replaces
+    assert sorted(r["node"] for r in lease_backend.node_reports()) == ["a", "b"]
+    time.sleep(0.5)
+    assert lease_backend.node_reports() == [{"node": "a", "role": "standby"}]
+
+
+def test_counters_count_from_zero(lease_backend: LeaseBackend) -> None:
+    assert lease_backend.counter("drops") == 0
+    for _ in range(3):
+        lease_backend.incr("drops")
+    assert lease_backend.counter("drops") == 3
+
+
+@pytest.mark.parametrize("ttl", [0, -1, float("nan"), float("inf")])
+def test_a_ttl_that_is_not_a_positive_number_of_seconds_is_rejected(
+    lease_backend: LeaseBackend, ttl: float
+) -> None:
+    with pytest.raises(ValueError, match="ttl"):
+        lease_backend.lease(NAME, "node-a", ttl=ttl)

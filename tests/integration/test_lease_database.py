@@ -1,0 +1,168 @@
+"""The database lease backend against the real database: its row, hand edits, transactions,
+lost connections. What every backend promises is in test_lease_contract.py."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+from django.db import connection, transaction
+
+from django_cluster_cron.dbtime import database_now
+from django_cluster_cron.leases import LEADER, LeaseUnavailable
+from django_cluster_cron.leases.database import (
+    DatabaseBackend,
+    DatabaseLease,
+    close_private_connection,
+    private_wrapper,
+)
+from django_cluster_cron.models import SchedulerLease
+from django_cluster_cron.scheduler.store import FencedOut, RunStore
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def row(name=LEADER):
+    return SchedulerLease.objects.get(name=name)
+
+
+def in_another_thread(action):
+    """``action()`` on a thread of its own (its own lease connection), returning its result."""
+    result: list[object] = []
+
+    def run() -> None:
+        try:
+            result.append(action())
+        finally:
+            close_private_connection()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(10)
+    return result[0]
+
+
+def test_the_row_holds_token_validity_and_an_epoch_that_moves_only_with_the_owner():
+    a = DatabaseLease(LEADER, "node-a", ttl=5)
+    b = DatabaseLease(LEADER, "node-b", ttl=0.2)
+    assert a.try_acquire()
+    first = row()
+    assert (first.token, first.holder, first.epoch) == (a.token, "node-a", 1)
+    assert first.ttl == timedelta(seconds=5)
+    # Database time: valid until now + TTL by the server's clock.
+    left = (first.valid_until - database_now()).total_seconds()
+    assert 4 < left <= 5
+
+    assert a.try_acquire()  # re-arming its own lease keeps the epoch
+    assert a.renew()
+    assert row().epoch == 1
+    assert a.release()
+    released = row()
+    assert (released.token, released.valid_until, released.epoch) == ("", None, 1)
+
+    assert b.try_acquire()  # a new owner: a new epoch, and its acquired_at
+    assert row().epoch == 2
+    assert row().acquired_at > first.acquired_at
+    assert b.epoch() == 2
+    assert a.epoch() is None
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        pytest.param({"token": ""}, id="no-owner-but-valid"),
+        pytest.param({"valid_until": None}, id="no-validity"),
+        pytest.param({"ttl": None}, id="no-ttl"),
+        pytest.param({"valid_until": "far-future"}, id="valid-until-2099"),
+    ],
+)
+def test_a_hand_edited_row_is_not_trusted_into_blocking_leadership(edit):
+    holder = DatabaseLease(LEADER, "node-a", ttl=30)
+    assert holder.try_acquire()
+    values = dict(edit)
+    if values.get("valid_until") == "far-future":
+        values["valid_until"] = database_now() + timedelta(days=365 * 70)
+    SchedulerLease.objects.filter(name=LEADER).update(**values)
+
+    other = DatabaseLease(LEADER, "node-b", ttl=30)
+    assert other.holder() is None
+    assert other.try_acquire()
+    repaired = row()
+    assert repaired.token == other.token
+    assert 29 < (repaired.valid_until - database_now()).total_seconds() <= 30
+    assert repaired.epoch == 2
+    assert not holder.renew()
+
+
+def test_an_epoch_edited_backwards_fences_the_leader_and_never_lets_an_old_one_write():
+    store = RunStore()
+    lease = DatabaseLease(LEADER, "node-a", ttl=30)
+    for _ in range(5):  # five leaderships: epochs 1..5, the last one ours
+        SchedulerLease.objects.filter(name=LEADER).update(token="gone", valid_until=None)
+        assert lease.try_acquire()
+    epoch = store.join_leadership(lease.token)
+    assert epoch == 5
+    SchedulerLease.objects.filter(name=LEADER).update(epoch=3)
+
+    with pytest.raises(FencedOut), store.fenced(epoch, database_now()):
+        pass
+    # The process that led at epoch 3 long ago wakes up: the epoch matches, its token does not.
+    old = RunStore()
+    old.token = "node-old:0123"
+    with pytest.raises(FencedOut), old.fenced(3, database_now()):
+        pass
+
+
+def test_a_lock_taken_inside_a_transaction_is_seen_at_once_and_outlives_a_rollback():
+    lease = DatabaseLease("lock:report", "node-a", ttl=30)
+    other = DatabaseLease("lock:report", "node-b", ttl=30)
+    seen = []
+
+    def take_and_roll_back() -> None:
+        with transaction.atomic():
+            assert lease.try_acquire()
+            seen.append(in_another_thread(other.try_acquire))
+            raise RuntimeError("the caller's transaction rolls back")
+
+    with pytest.raises(RuntimeError):
+        take_and_roll_back()
+    assert seen == [False]
+    assert lease.holder() == lease.token
+    assert lease.release()
+
+
+def test_a_lost_connection_is_reported_once_and_the_next_call_reconnects():
+    lease = DatabaseLease(LEADER, "node-a", ttl=30)
+    assert lease.try_acquire()
+    wrapper = private_wrapper()
+    assert wrapper is not None
+    with wrapper.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_backend_pid()" if connection.vendor == "postgresql" else "SELECT 1"
+        )
+        pid = cursor.fetchone()[0]
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+    elif connection.vendor == "mysql":
+        with wrapper.cursor() as cursor:
+            cursor.execute("SELECT CONNECTION_ID()")
+            own = cursor.fetchone()[0]
+        with connection.cursor() as cursor:
+            cursor.execute(f"KILL CONNECTION {int(own)}")
+    else:
+        wrapper.connection.close()  # SQLite has no server: close it under Django's feet
+
+    with pytest.raises(LeaseUnavailable, match="database unreachable"):
+        lease.renew()
+    assert lease.renew()
+    assert lease.holder() == lease.token
+
+
+def test_leases_live_in_the_lease_table_only():
+    backend = DatabaseBackend()
+    lease = backend.lease("lock:x", "node-a", 10)
+    assert lease.try_acquire()
+    assert SchedulerLease.objects.filter(name="lock:x").exists()
+    assert backend.held("lock:")[0].name == "x"

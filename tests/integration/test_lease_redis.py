@@ -1,0 +1,173 @@
+"""The Redis lease against a real Redis: junk keys, restarts, outages, settings.
+
+What every backend promises (ownership, expiry, renewal, release) is in test_lease_contract.py.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from django_cluster_cron.leases import get_backend
+from django_cluster_cron.leases.redis import LeaseUnavailable, RedisLease
+from tests.integration.leases import wait_until
+
+KEY = "test-lease:leader"
+
+
+def seconds_left(client: redis.Redis, key: str = KEY) -> float:
+    return int(client.pttl(key)) / 1000
+
+
+@pytest.fixture
+def own_client(throwaway_redis: Any) -> Iterator[redis.Redis]:
+    """A client to ``throwaway_redis`` that gives up fast: short timeouts, no retries."""
+    client = redis.Redis.from_url(
+        throwaway_redis.url,
+        socket_timeout=0.25,
+        socket_connect_timeout=0.25,
+        retry=Retry(NoBackoff(), 0),
+    )
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+# -- junk in the key ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "write_junk",
+    [
+        pytest.param(lambda client: client.set(KEY, "set-by-hand"), id="string"),
+        pytest.param(lambda client: client.hset(KEY, "field", "value"), id="hash"),
+        pytest.param(lambda client: client.rpush(KEY, "item"), id="list"),
+    ],
+)
+def test_junk_without_expiry_is_cleared_by_acquire(
+    redis_client: redis.Redis, write_junk: Callable[[redis.Redis], object]
+) -> None:
+    lease = RedisLease(redis_client, KEY, "node-a", ttl=1)
+    write_junk(redis_client)
+    assert lease.remaining() == math.inf
+
+    assert lease.try_acquire() is True
+
+    assert redis_client.get(KEY) == lease.token.encode()
+    assert 0 < seconds_left(redis_client) <= 1
+
+
+def test_a_hash_with_a_ttl_blocks_without_errors_until_it_expires(
+    redis_client: redis.Redis,
+) -> None:
+    lease = RedisLease(redis_client, KEY, "node-a", ttl=1)
+    redis_client.hset(KEY, "field", "value")
+    redis_client.pexpire(KEY, 300)
+
+    assert lease.try_acquire() is False
+    assert lease.renew() is False
+    assert lease.release() is False
+    assert lease.holder() is None
+    assert 0 < (lease.remaining() or 0) <= 0.3
+    assert redis_client.type(KEY) == b"hash"  # release left it alone
+
+    assert wait_until(lease.try_acquire, timeout=3)
+    assert lease.holder() == lease.token
+
+
+# -- Redis restarts and outages ------------------------------------------------------------------
+
+
+def test_after_a_redis_restart_the_old_holder_cannot_renew_but_can_acquire_again(
+    throwaway_redis: Any,
+) -> None:
+    client = redis.Redis.from_url(throwaway_redis.url, socket_timeout=2, socket_connect_timeout=2)
+    leader = RedisLease(client, KEY, "node-a", ttl=5)
+    assert leader.try_acquire() is True
+    assert leader.renew() is True
+
+    throwaway_redis.restart()
+    assert client.info("memory")["number_of_cached_scripts"] == 0
+
+    assert leader.renew() is False  # the lease is gone with the data
+    assert leader.holder() is None
+    assert leader.try_acquire() is True  # scripts are reloaded on NOSCRIPT
+    assert leader.renew() is True
+    assert leader.holder() == leader.token
+    assert leader.release() is True
+    client.close()
+
+
+@pytest.mark.parametrize("outage", ["stopped", "paused"])
+def test_every_method_raises_lease_unavailable_quickly_while_redis_is_down_and_works_after(
+    throwaway_redis: Any, own_client: redis.Redis, outage: str
+) -> None:
+    lease = RedisLease(own_client, KEY, "node-a", ttl=5)
+    assert lease.try_acquire() is True
+
+    if outage == "stopped":
+        throwaway_redis.stop()
+    else:
+        throwaway_redis.pause()
+    for call in (lease.try_acquire, lease.renew, lease.release, lease.holder, lease.remaining):
+        started = time.monotonic()
+        with pytest.raises(LeaseUnavailable) as raised:
+            call()
+        assert time.monotonic() - started < 2, f"{call.__name__} hung"
+        assert isinstance(
+            raised.value.__cause__,
+            (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError),
+        )
+
+    if outage == "stopped":
+        throwaway_redis.restart()
+    else:
+        throwaway_redis.resume()
+        # Commands that timed out were still queued in the paused server and run now; a ping on
+        # a fresh connection returns after them.
+        assert wait_until(lambda: bool(own_client.ping()), timeout=3)
+    assert lease.try_acquire() is True
+    assert lease.renew() is True
+    assert lease.holder() == lease.token
+    assert lease.release() is True
+
+
+# -- construction -------------------------------------------------------------------------------
+
+
+def test_the_backend_uses_the_configured_alias_and_prefix(
+    settings: Any, redis_client: redis.Redis, throwaway_redis: Any
+) -> None:
+    settings.CACHES = {
+        **settings.CACHES,
+        "lease": {**settings.CACHES["default"], "LOCATION": throwaway_redis.url},
+    }
+    settings.CLUSTER_CRON = {
+        **settings.CLUSTER_CRON,
+        "REDIS_ALIAS": "lease",
+        "KEY_PREFIX": "tenant-7",
+        "LEASE_TTL": 2.5,
+    }
+
+    backend = get_backend()
+    assert backend.name == "redis"
+    lease = backend.lease("leader", "node-a", 2.5)
+    assert isinstance(lease, RedisLease)
+    assert lease.key == "tenant-7:leader"
+    assert lease.ttl == 2.5
+    assert lease.token.startswith("node-a:")
+    assert lease.try_acquire() is True
+
+    on_alias = redis.Redis.from_url(throwaway_redis.url, socket_timeout=2)
+    assert on_alias.get("tenant-7:leader") == lease.token.encode()
+    assert 0 < seconds_left(on_alias, "tenant-7:leader") <= 2.5
+    assert redis_client.exists("tenant-7:leader") == 0  # not on the default alias's server
+    on_alias.close()

@@ -1,0 +1,107 @@
+"""What ``django_cluster_cron.testing`` gives users' own tests: locks without Redis or a table."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from django_cluster_cron.locks import SKIPPED, ClusterLock, cluster_lock
+from django_cluster_cron.models import JobDefinition, RunStatus
+from django_cluster_cron.testing import MemoryLeaseBackend, assert_ran, ledger, run_due
+
+
+def test_a_memory_backend_excludes_a_second_holder_and_frees_on_release():
+    backend = MemoryLeaseBackend()
+    with ClusterLock("nightly-report", ttl=30, backend=backend):
+        assert not ClusterLock("nightly-report", ttl=30, backend=backend).acquire()
+    other = ClusterLock("nightly-report", ttl=30, backend=backend)
+    assert other.acquire()
+    other.release()
+
+
+def test_its_clock_can_be_moved_by_hand_to_expire_a_lease():
+    now = [1000.0]
+    backend = MemoryLeaseBackend(clock=lambda: now[0])
+    holder = backend.lease("lock:x", "node-a", ttl=5)
+    other = backend.lease("lock:x", "node-b", ttl=5)
+    assert holder.try_acquire()
+    assert not other.try_acquire()
+    now[0] += 5.1
+    assert other.try_acquire()
+    assert not holder.renew()
+
+
+def test_the_memory_setting_serves_cluster_lock_without_any_service(settings):
+    settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "LEASE_BACKEND": "memory"}
+    calls = []
+
+    @cluster_lock("report", ttl=5)
+    def report():
+        calls.append(1)
+        return "done"
+
+    with ClusterLock("report", ttl=5):
+        assert report() is SKIPPED
+    assert report() == "done"
+    assert calls == [1]
+
+
+# -- run_due and the ledger assertions: a user's test of a scheduled job, no scheduler or worker --
+
+UTC = timezone.utc
+
+
+def nightly(**fields):
+    job = JobDefinition(
+        name=f"nightly-{len(fields)}",
+        cron="0 3 * * *",
+        timezone="UTC",
+        task="tests.record",
+        args=["nightly"],
+        **fields,
+    )
+    job.full_clean()
+    job.save()
+    # As if it had been created the day before at noon.
+    JobDefinition.objects.filter(pk=job.pk).update(
+        last_scheduled_at=datetime(2026, 11, 23, 12, tzinfo=UTC),
+        next_run_at=datetime(2026, 11, 24, 3, tzinfo=UTC),
+    )
+    job.refresh_from_db()
+    return job
+
+
+@pytest.mark.django_db(transaction=True)
+def test_run_due_runs_the_slot_due_at_now_through_the_real_ledger(settings):
+    settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "LEASE_BACKEND": "memory"}
+    job = nightly()
+    assert run_due(datetime(2026, 11, 24, 2, 59, tzinfo=UTC)) == []  # not due yet
+    [run] = run_due(datetime(2026, 11, 24, 3, 0, 1, tzinfo=UTC))
+    assert (run.status, run.scheduled_for) == (
+        RunStatus.SUCCESS,
+        datetime(2026, 11, 24, 3, tzinfo=UTC),
+    )
+    assert_ran(job, at=datetime(2026, 11, 24, 3, tzinfo=UTC))
+    assert run_due(datetime(2026, 11, 24, 3, 0, 2, tzinfo=UTC)) == []  # once per slot
+
+
+@pytest.mark.django_db(transaction=True)
+def test_run_due_applies_the_catch_up_policy_and_records_what_it_skips(settings):
+    settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "LEASE_BACKEND": "memory"}
+    job = nightly(catchup_policy="latest", catchup_window=timedelta(days=5))
+    # Three nights later: `latest` runs the last slot only and records the two before as missed.
+    runs = run_due(datetime(2026, 11, 26, 3, 0, 5, tzinfo=UTC))
+    assert [r.status for r in runs] == [RunStatus.SUCCESS]
+    assert len(ledger(job, status=RunStatus.MISSED)) == 2
+    with pytest.raises(AssertionError, match="the ledger holds: 2026-11-24 03:00:00Z missed"):
+        assert_ran(job, times=3)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_run_due_can_record_without_running(settings):
+    settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "LEASE_BACKEND": "memory"}
+    job = nightly()
+    [run] = run_due(datetime(2026, 11, 24, 3, 0, 1, tzinfo=UTC), execute=False)
+    assert run.status == RunStatus.QUEUED
+    assert ledger(job, status=RunStatus.SUCCESS) == []

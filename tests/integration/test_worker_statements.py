@@ -1,0 +1,100 @@
+"""The worker's compiled claim and final record (worker/statements.py) against the ORM: the same
+rows written, the same instances read, the same refusals."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from django.db.models import Model
+
+from django_cluster_cron.models import JobDefinition, JobRun, RunStatus
+from django_cluster_cron.worker.statements import claim_run, finish_run
+from tests.integration.test_worker import make_job, make_run
+
+pytestmark = pytest.mark.django_db
+
+
+def fields_of(instance: Model) -> dict[str, object]:
+    return {f.attname: getattr(instance, f.attname) for f in instance._meta.concrete_fields}
+
+
+def test_the_claim_returns_what_the_orm_reads_run_and_job_field_for_field():
+    job = make_job(
+        args=["a", 1, {"nested": [1.5, None, True]}],
+        kwargs={"label": "ünïcode", "n": 2},
+        jitter=30,
+        max_runs=5,
+        start_at=datetime(2030, 1, 1, tzinfo=timezone.utc),
+        catchup_window=timedelta(hours=3),
+        expires=600,
+    )
+    run = make_run(job)
+    claimed = claim_run(run.pk, run.task_id, 1, "host:123")
+    assert claimed is not None
+    stored = JobRun.objects.select_related("job").get(pk=run.pk)
+    assert fields_of(claimed) == fields_of(stored)
+    assert fields_of(claimed.job) == fields_of(stored.job)
+    assert claimed.job.args == ["a", 1, {"nested": [1.5, None, True]}]
+    assert isinstance(claimed.job, JobDefinition)
+    assert (claimed.status, claimed.worker, claimed.attempt) == (RunStatus.RUNNING, "host:123", 1)
+    assert claimed.started_at is not None
+    assert claimed.started_at.tzinfo is not None
+    assert claimed.heartbeat_at == claimed.started_at
+
+
+@pytest.mark.parametrize(
+    ("status", "task_id", "attempt"),
+    [
+        (RunStatus.RUNNING, None, 1),  # taken by another delivery
+        (RunStatus.SUCCESS, None, 1),
+        (RunStatus.CANCELLED, None, 1),
+        (RunStatus.QUEUED, "cron-0-forged", 1),  # not this run's message
+        (RunStatus.QUEUED, None, 2),  # an attempt that is not the run's
+    ],
+)
+def test_the_claim_is_refused_exactly_where_the_orm_would_refuse_it(status, task_id, attempt):
+    run = make_run(make_job(), status=status)
+    before = fields_of(JobRun.objects.get(pk=run.pk))
+    assert claim_run(run.pk, task_id or run.task_id, attempt, "host:1") is None
+    assert fields_of(JobRun.objects.get(pk=run.pk)) == before
+
+
+def test_a_second_claim_of_the_same_delivery_loses():
+    run = make_run(make_job())
+    assert claim_run(run.pk, run.task_id, 1, "w1:1") is not None
+    assert claim_run(run.pk, run.task_id, 1, "w2:2") is None
+    assert JobRun.objects.get(pk=run.pk).worker == "w1:1"
+
+
+def test_the_final_record_writes_its_fields_only_while_running_at_that_attempt():
+    run = make_run(make_job())
+    claimed = claim_run(run.pk, run.task_id, 1, "w:1")
+    assert claimed is not None
+    retry_at = datetime(2031, 2, 3, 4, 5, 6, 789000, tzinfo=timezone.utc)
+    values = {
+        "status": RunStatus.RETRYING,
+        "attempt": 2,
+        "retry_at": retry_at,
+        "republish_at": retry_at,
+        "error": "ValueError: ü",
+        "traceback": "Traceback …",
+        "duration": timedelta(seconds=1.25),
+    }
+    assert finish_run(run.pk, 2, values) == 0  # not running at attempt 2
+    assert finish_run(run.pk, 1, values) == 1
+    stored = JobRun.objects.get(pk=run.pk)
+    assert (stored.status, stored.attempt, stored.retry_at, stored.republish_at) == (
+        RunStatus.RETRYING,
+        2,
+        retry_at,
+        retry_at,
+    )
+    assert (stored.error, stored.traceback, stored.duration) == (
+        "ValueError: ü",
+        "Traceback …",
+        timedelta(seconds=1.25),
+    )
+    assert stored.finished_at is not None
+    assert stored.finished_at >= claimed.started_at
+    assert finish_run(run.pk, 1, {"status": RunStatus.SUCCESS}) == 0  # no longer running
