@@ -107,10 +107,12 @@ def celery_app() -> Any:
 
 
 def clear_ours() -> None:
-    from django_cluster_cron.models import JobDefinition, JobRun, SchedulerLease
+    from django_cluster_cron.models import JobChange, JobDefinition, JobRun, SchedulerLease
 
-    # Raw deletes: the ORM's cascade collection would dominate at 100,000 rows.
+    # Raw deletes: the ORM's cascade collection would dominate at 100,000 rows. Every table
+    # that points at a job goes first (SQLite and MySQL enforce the foreign keys).
     JobRun.objects.all()._raw_delete(JobRun.objects.db)
+    JobChange.objects.all()._raw_delete(JobChange.objects.db)
     JobDefinition.all_objects.all()._raw_delete(JobDefinition.objects.db)
     SchedulerLease.objects.all().delete()
 
@@ -143,10 +145,15 @@ def setup_ours(n: int, cron: str) -> float:
     return time.perf_counter() - started
 
 
-def build_ours(node: str) -> Any:
+def build_ours(node: str, lease: str | None = None) -> Any:
+    """Our scheduler; ``lease="database"`` takes the database lease whatever the settings say."""
     from django_cluster_cron.scheduler import build_scheduler
     from django_cluster_cron.testing import NoWait
 
+    if lease == "database":
+        from django_cluster_cron.leases.database import DatabaseBackend
+
+        return build_scheduler(node_id=node, sleeper=NoWait(), backend=DatabaseBackend())
     return build_scheduler(node_id=node, sleeper=NoWait())
 
 
