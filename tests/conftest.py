@@ -85,6 +85,10 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     if config.getoption("help", False) or config.getoption("version", 0):
         return
+    if config.getoption("numprocesses", None) and not os.environ.get("PYTEST_XDIST_WORKER"):
+        # pytest-xdist's controller runs no test: each worker starts its own server, so that
+        # tests that flush, pause or fill Redis never see another worker's keys.
+        return
     try:
         _session_server = devredis.RedisServer().start()
     except RuntimeError as exc:
