@@ -331,3 +331,55 @@ def test_junk_on_the_change_channel_only_wakes_the_scheduler(settings):
         assert listener.wait(5, stop) is True
     finally:
         listener.close()
+
+
+# -- the command line ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (
+            ["run_scheduler", "--lease-ttl", "-5"],
+            "--lease-ttl: must be more than 0 seconds, got -5",
+        ),
+        (["run_scheduler", "--lease-ttl", "0"], "--lease-ttl: must be more than 0 seconds, got 0"),
+        (["run_scheduler", "--poll-interval", "soon"], "'soon' is not a number of seconds"),
+        (["run_scheduler", "--lease-ttl", "nan"], "--lease-ttl: must be more than 0 seconds"),
+        (["run_scheduler", "--health-port", "70000"], "a port is 0 (pick a free one) to 65535"),
+        (["run_scheduler", "--metrics-port", "http"], "'http' is not a port number"),
+        (["prune_runs", "--days", "-1"], "--days: must be 0 or more, got -1"),
+        (["prune_runs", "--batch-size", "0"], "--batch-size: must be 1 or more, got 0"),
+        (["prune_runs", "--history-days", "a week"], "'a week' is not a whole number"),
+    ],
+)
+def test_bad_command_options_are_refused_in_our_words(argv, words):
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError) as refused:
+        call_command(*argv)
+    message = str(refused.value)
+    assert words in message
+    assert "invalid" not in message  # argparse's "invalid _positive value" named our internals
+
+
+@pytest.mark.parametrize(
+    "command", ["run_scheduler", "prune_runs", "sync_jobs", "cluster_health", "import_celery_beat"]
+)
+def test_every_command_says_its_version_and_each_options_default(command, capsys):
+    from django.core.management import get_commands, load_command_class
+
+    from django_cluster_cron import __version__
+
+    parser = load_command_class(get_commands()[command], command).create_parser(
+        "manage.py", command
+    )
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--version"])
+    assert f"django-cluster-cron {__version__}" in capsys.readouterr().out
+    for action in parser._actions:
+        if action.dest in {"help", "version", "verbosity", "settings", "pythonpath"}:
+            continue
+        if action.option_strings and action.default not in (None, False):
+            assert "default" in (action.help or ""), f"{command} {action.option_strings}"

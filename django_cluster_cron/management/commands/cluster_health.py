@@ -6,12 +6,13 @@ import json
 import sys
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 
+from django_cluster_cron.management.base import ClusterCronCommand
 from django_cluster_cron.ops.health import FAIL, WARN, cluster_health
 
 
-class Command(BaseCommand):
+class Command(ClusterCronCommand):
     help = (
         "Check the cluster from outside: a leader holds the lease, it ticks, slots go out on "
         "time, runs do not wait or hang, clocks agree, the broker answers. Prints one line per "

@@ -16,10 +16,11 @@ from typing import Any
 
 from django.apps import apps
 from django.core.exceptions import ValidationError
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.db import transaction
 
 from django_cluster_cron import audit
+from django_cluster_cron.management.base import ClusterCronCommand
 from django_cluster_cron.models import JobDefinition
 from django_cluster_cron.validation import private_task_reason
 
@@ -45,7 +46,7 @@ class Mapping:
     reason: str = ""
 
 
-class Command(BaseCommand):
+class Command(ClusterCronCommand):
     help = (
         "Import django-celery-beat periodic tasks as cluster-cron jobs. Shows what it would do "
         "unless --apply is given."

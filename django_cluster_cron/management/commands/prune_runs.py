@@ -5,30 +5,41 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.utils import timezone
 
 from django_cluster_cron.conf import app_settings
+from django_cluster_cron.management.base import ClusterCronCommand, whole_number
 from django_cluster_cron.models import JobChange, JobRun, RunStatus
 
 ACTIVE = (RunStatus.PENDING, RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.RETRYING)
 BAR_WIDTH = 30
 
 
-class Command(BaseCommand):
+class Command(ClusterCronCommand):
     help = (
         "Delete finished runs whose slot is older than CLUSTER_CRON['RUN_RETENTION_DAYS'] "
         "(or --days). Runs still waiting or running are kept."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--days", type=int, help="Keep this many days instead of the setting.")
-        parser.add_argument("--batch-size", type=int, default=5000)
+        parser.add_argument(
+            "--days",
+            type=whole_number(0),
+            help="Keep this many days of finished runs "
+            f"(default: RUN_RETENTION_DAYS, now {app_settings.RUN_RETENTION_DAYS}).",
+        )
+        parser.add_argument(
+            "--batch-size",
+            type=whole_number(1),
+            default=5000,
+            help="Runs deleted per statement (default 5000).",
+        )
         parser.add_argument("--dry-run", action="store_true", help="Only count what would go.")
         parser.add_argument("--no-progress", action="store_true", help="No progress bar.")
         parser.add_argument(
             "--history-days",
-            type=int,
+            type=whole_number(0),
             help="Also delete jobs' history (audit) entries older than this many days; kept "
             "forever unless given.",
         )

@@ -9,11 +9,12 @@ import sys
 import threading
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
 from django.db.migrations.executor import MigrationExecutor
 
 from django_cluster_cron.conf import NODE_ID_ENV, app_settings
+from django_cluster_cron.management.base import ClusterCronCommand, port, seconds_above_zero
 from django_cluster_cron.scheduler.loop import build_scheduler, default_node_id
 
 # Health component name -> what the operator is told was unreachable.
@@ -24,14 +25,7 @@ _COMPONENTS = {
 }
 
 
-def _positive(value: str) -> float:
-    number = float(value)
-    if number <= 0:
-        raise ValueError(value)
-    return number
-
-
-class Command(BaseCommand):
+class Command(ClusterCronCommand):
     help = (
         "Run a cluster-cron scheduler node. Start one on as many hosts as you like: one leads "
         "(a lease in Redis or the database, LEASE_BACKEND), the others stand by and take over "
@@ -44,9 +38,20 @@ class Command(BaseCommand):
             help=f"Name of this node in logs and the run ledger (default: ${NODE_ID_ENV}, "
             "else hostname:pid).",
         )
-        parser.add_argument("--lease-ttl", type=_positive, help="Lease TTL in seconds.")
         parser.add_argument(
-            "--poll-interval", type=_positive, help="Standby's acquire interval, seconds."
+            "--lease-ttl",
+            type=seconds_above_zero,
+            metavar="SECONDS",
+            help="How long the leader's lease lasts without renewal; a standby takes over at "
+            "most this long after the leader dies "
+            f"(default: LEASE_TTL, now {app_settings.LEASE_TTL:g}).",
+        )
+        parser.add_argument(
+            "--poll-interval",
+            type=seconds_above_zero,
+            metavar="SECONDS",
+            help="How often a standby tries to take the lease "
+            f"(default: POLL_INTERVAL, now {app_settings.POLL_INTERVAL:g}).",
         )
         parser.add_argument(
             "--log-level",
@@ -56,25 +61,29 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--health-port",
-            type=int,
+            type=port,
+            metavar="PORT",
             help="Serve /livez, /readyz and /healthz (JSON) on this port for probes "
-            "(0 picks a free one, logged as health.listening).",
+            "(0 picks a free one, logged as health.listening; default: none served).",
         )
         parser.add_argument(
             "--health-host",
             default="0.0.0.0",
+            metavar="ADDRESS",
             help="Address the health and metrics endpoints listen on (default 0.0.0.0).",
         )
         parser.add_argument(
             "--metrics-port",
-            type=int,
+            type=port,
+            metavar="PORT",
             help="Serve Prometheus metrics at /metrics on this port (needs the metrics extra; "
-            "0 picks a free one, logged as metrics.listening).",
+            "0 picks a free one, logged as metrics.listening; default: none served).",
         )
         parser.add_argument(
             "--once",
             action="store_true",
-            help="One tick: dispatch what is due if this node can lead, then exit.",
+            help="One tick: dispatch what is due if this node can lead, then exit (default: run "
+            "until SIGTERM or Ctrl-C).",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:

@@ -5,13 +5,14 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from django_cluster_cron.declared import DeclarationError
 from django_cluster_cron.declared.sync import sync
+from django_cluster_cron.management.base import ClusterCronCommand
 
 
-class Command(BaseCommand):
+class Command(ClusterCronCommand):
     help = (
         "Bring the database in line with the jobs declared in code (@cron and "
         "CLUSTER_CRON['JOBS']): create new ones, update changed ones, disable removed ones. "
