@@ -45,7 +45,11 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     messages: list[CheckMessage] = []
     for key in raw:
         if key not in DEFAULTS:
-            close = difflib.get_close_matches(str(key), DEFAULTS, n=1)
+            # Keys are upper case: 'redis_alias' is REDIS_ALIAS mistyped, not an unknown key.
+            upper = str(key).upper()
+            close = (
+                [upper] if upper in DEFAULTS else difflib.get_close_matches(upper, DEFAULTS, n=1)
+            )
             messages.append(
                 Warning(
                     f"settings.{SETTINGS_NAME} has an unknown key {key!r}.",

@@ -617,7 +617,13 @@ class JobRun(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.job_id} @ {self.scheduled_for:%Y-%m-%d %H:%M:%S}Z ({self.status})"
+        """``Run 8 of nightly-report, slot 2026-11-23 12:25:17 UTC (queued)``: the run's own id
+        first (the job's name when it is loaded, else its id)."""
+        job = self.job.name if JobRun.job.is_cached(self) else f"job {self.job_id}"
+        return (
+            f"Run {self.pk} of {job}, slot {self.scheduled_for:%Y-%m-%d %H:%M:%S} UTC "
+            f"({self.status})"
+        )
 
 
 class SchedulerLease(models.Model):

@@ -85,6 +85,8 @@ for names, where in ((w, "wheel"), (s, "sdist")):
     need(names, has("django_cluster_cron/migrations/0001_initial.py"), where)
     need(names, has("django_cluster_cron/templates/admin/", ".html"), where)
     need(names, has("django_cluster_cron/static/django_cluster_cron/", ".js"), where)
+    need(names, has("django_cluster_cron/static/django_cluster_cron/", ".css"), where)
+    need(names, has("django_cluster_cron/templatetags/cluster_cron.py"), where)
     need(names, has("django_cluster_cron/management/commands/run_scheduler.py"), where)
     for bad in ("__pycache__", ".pyc"):
         if any(bad in n for n in names):

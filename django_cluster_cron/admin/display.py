@@ -1,10 +1,16 @@
-"""Small renderers shared by the admin pages: status badges, the run strip, durations."""
+"""Small renderers shared by the admin pages: timestamps, status badges, the run strip,
+durations.
+
+One rule for every timestamp the admin shows (:func:`moment`): to the second, with its zone's
+abbreviation, in the job's time zone where the time belongs to a job (its slots, its runs, its
+history) and in UTC elsewhere (the cluster page); hovering shows it in UTC to the millisecond.
+"""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone, tzinfo
 from typing import Any
 
 from django.db import connection
@@ -13,7 +19,11 @@ from django.db.models.functions import RowNumber
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from ..models import JobRun, RunStatus
+from ..core.errors import ScheduleError
+from ..core.timezones import get_zone
+from ..models import JobDefinition, JobRun, RunStatus
+
+UTC = timezone.utc
 
 COLOURS: dict[str, str] = {
     RunStatus.SUCCESS: "#2e7d32",
@@ -27,6 +37,45 @@ COLOURS: dict[str, str] = {
     RunStatus.CANCELLED: "#5d4037",
 }
 RECENT_RUNS = 20
+
+
+def zone_of(job: JobDefinition | None) -> tzinfo:
+    """The job's time zone for display; UTC for no job or a row whose zone is invalid."""
+    if job is None:
+        return UTC
+    try:
+        return get_zone(job.timezone)
+    except ScheduleError:
+        return UTC
+
+
+def moment(
+    value: datetime | str | None, zone: tzinfo | None = None, *, day: datetime | None = None
+) -> SafeString | str:
+    """A timestamp as every admin page shows it (see the module's docstring).
+
+    ``day``: leave the date out when it is that moment's date in ``zone`` (a run's start beside
+    its slot). Strings are ISO 8601, as node reports hold them; naive values are UTC.
+    """
+    if value is None or value == "":
+        return "—"
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    zone = zone or UTC
+    utc = value.astimezone(UTC)
+    local = value.astimezone(zone)
+    same_day = day is not None and day.astimezone(zone).date() == local.date()
+    shown = f"{local:%H:%M:%S}" if same_day else f"{local:%Y-%m-%d %H:%M:%S}"
+    # A no-break space keeps the zone with the time; a list cell may wrap before the time.
+    return format_html(
+        '<time class="dcc-time" datetime="{}" title="{}">{}\u00a0{}</time>',
+        utc.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        f"{utc:%Y-%m-%d %H:%M:%S}.{utc.microsecond // 1000:03d} UTC",
+        shown,
+        local.tzname() or "UTC",
+    )
 
 
 def badge(status: str, why: str = "") -> SafeString:
@@ -91,8 +140,9 @@ def recent_runs_by_job(job_ids: Sequence[int]) -> dict[int, list[dict[str, Any]]
     return recent
 
 
-def run_strip(runs: Sequence[dict[str, Any]]) -> SafeString | str:
-    """An inline SVG of the runs, oldest left: colour = status, height = duration (log scale)."""
+def run_strip(runs: Sequence[dict[str, Any]], zone: tzinfo | None = None) -> SafeString | str:
+    """An inline SVG of the runs, oldest left: colour = status, height = duration (log scale);
+    each bar's slot, status and duration on hover (the slot in ``zone``)."""
     if not runs:
         return "—"
     ordered = list(reversed(runs))
@@ -101,8 +151,11 @@ def run_strip(runs: Sequence[dict[str, Any]]) -> SafeString | str:
     bars = []
     for index, (run, secs) in enumerate(zip(ordered, seconds, strict=True)):
         height = 4 + 14 * (math.log1p(secs) / math.log1p(peak) if peak > 0 else 0)
-        when: datetime = run["scheduled_for"]
-        title = f"{when:%Y-%m-%d %H:%M:%S}Z {run['status']} {duration_text(run['duration'])}"
+        when: datetime = run["scheduled_for"].astimezone(zone or UTC)
+        title = (
+            f"{when:%Y-%m-%d %H:%M:%S} {when.tzname()} {run['status']} "
+            f"{duration_text(run['duration'])}"
+        )
         bars.append(
             (
                 index * 6,
