@@ -85,8 +85,8 @@ def test_a_takeover_is_timed_from_the_action_and_its_first_dispatch_reported() -
     )
     narrator.observe(snap)
     assert texts(narrator) == [
-        "demo-b sent its first run 0.5 s after taking over; slots that fell due while nobody "
-        "led: 2 run late, 1 recorded missed (catch-up policy)"
+        "demo-b sent its first run 0.5 s after taking over; of the slots that fell due while "
+        "nobody led, 2 were run late and 1 was recorded missed (catch-up policy)"
     ]
     narrator.observe(snap)
     assert texts(narrator) == []
@@ -172,6 +172,62 @@ def test_the_screen_shows_leader_login_jobs_runs_and_story() -> None:
         assert expected in screen, f"{expected!r} not on the screen:\n{screen}"
 
 
+def test_an_80_by_24_terminal_gets_the_compact_screen_with_nothing_cut() -> None:
+    from types import SimpleNamespace
+
+    from demo.live.interactive import fit
+
+    narrator = Narrator(start_epoch=None, takeover=FakeTakeovers())
+    snap = Snapshot(
+        now=at(10),
+        leader="demo-a",
+        lease_left=2.4,
+        epoch=4,
+        epoch_holder="demo-a",
+        nodes={
+            "demo-a": NodeReport("demo-a", "leader", 4, at(9.5), 11),
+            "demo-b": NodeReport("demo-b", "standby", None, at(9.8), 12),
+        },
+        runs=[run_row("running"), run_row("failed", attempt=2)] + [run_row("success")] * 20,
+        counts={"success": 20, "failed": 1, "running": 1},
+    )
+    narrator.observe(snap)
+    scene = Scene(
+        admin_url="http://127.0.0.1:8000/admin/",
+        login="admin / admin",
+        database="SQLite db.sqlite3",
+        redis="redis://127.0.0.1:6390/0 (throwaway)",
+        lease_ttl=3,
+        log_dir="/tmp/logs",
+        nodes=[("demo-a", 11, "running"), ("demo-b", 12, "running"), ("demo-c", 13, "killed")],
+        services=[("celery-worker", "running (pid 10)")],
+    )
+    demo = SimpleNamespace(scene=lambda: scene, narrator=narrator)
+    console = Console(width=80, height=24, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+    view = fit(console, demo, snap)  # type: ignore[arg-type]
+    lines = console.render_lines(view, console.options, pad=False)
+    assert len(lines) <= 23  # one short of the height: rich's full screen crops the last
+    console.print(view)
+    screen = console.export_text()
+    assert all(len(line) <= 80 for line in screen.splitlines())
+    for expected in (
+        "http://127.0.0.1:8000/admin/",
+        "admin / admin",
+        "kill leader",
+        "★ leader",
+        "standby",
+        "killed",
+        "success 20",
+        "failed",
+        "demo-a @4",
+        "0.50 s",
+        "what happened",
+    ):
+        assert expected in screen, f"{expected!r} not on the screen:\n{screen}"
+    assert "…" not in screen, screen  # no column squeezed to "no… pro…"
+    assert screen.count(" success ") >= 6  # at least six runs shown
+
+
 def test_demo_live_refuses_to_guess_a_redis() -> None:
     unset = ("REDIS_URL", "DATABASE_URL", "DJANGO_SETTINGS_MODULE")
     env = {k: v for k, v in os.environ.items() if k not in unset}
@@ -210,8 +266,15 @@ def _processes_with(marker: str) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="checks for orphans through /proc")
-@pytest.mark.parametrize("lease", ["redis", "database"])
-def test_scripted_story_plays_to_the_end_and_leaves_no_process(tmp_path: Path, lease: str) -> None:
+@pytest.mark.parametrize(
+    ("lease", "args"),
+    [("redis", []), ("database", ["--script"])],
+    ids=["redis-piped", "database-script"],
+)
+def test_scripted_story_plays_to_the_end_and_leaves_no_process(
+    tmp_path: Path, lease: str, args: list[str]
+) -> None:
+    """Asked for (--script), or because the output is a pipe: the first says why."""
     marker = f"DEMO_TEST_MARKER={uuid.uuid4().hex}"
     env = {
         k: v
@@ -226,7 +289,7 @@ def test_scripted_story_plays_to_the_end_and_leaves_no_process(tmp_path: Path, l
         LEASE=lease,
     )
     result = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "demo.sh"), "--script"],
+        ["bash", str(ROOT / "scripts" / "demo.sh"), *args],
         env=env,
         stdin=subprocess.DEVNULL,
         capture_output=True,
@@ -236,6 +299,10 @@ def test_scripted_story_plays_to_the_end_and_leaves_no_process(tmp_path: Path, l
     )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
+    lines = result.stdout.splitlines()
+    if not args:  # piped: the first line says why there is no live screen
+        assert lines[0].startswith("[demo] the output is not a terminal, so the demo plays"), lines
+    assert f"http://127.0.0.1:{env['DEMO_PORT']}/admin/ (login admin / admin)" in result.stdout
     assert "story complete" in result.stdout, output
     assert result.stdout.count("takeover by demo-") == 2, output
     assert "after the SIGKILL" in result.stdout

@@ -10,7 +10,7 @@ from rich.live import Live
 from . import keys
 from .app import Demo
 from .snapshot import RECENT_RUNS, Snapshot
-from .view import render
+from .view import COMPACT_HEIGHT, COMPACT_WIDTH, render
 
 REFRESH = 0.5  # seconds between snapshots; a key is handled as soon as it is pressed
 
@@ -41,9 +41,10 @@ def run(demo: Demo, console: Console) -> None:
 def fit(console: Console, demo: Demo, snap: Snapshot) -> RenderableType:
     """The screen with as many runs and story lines as the terminal's height allows."""
     scene = demo.scene()
+    compact = console.width < COMPACT_WIDTH or console.height < COMPACT_HEIGHT
     run_rows, event_lines = RECENT_RUNS, 8
     while True:
-        view = render(snap, scene, demo.narrator.events, event_lines, run_rows)
+        view = render(snap, scene, demo.narrator.events, event_lines, run_rows, compact)
         # One line short of the height: rich's full-screen Live crops the last line otherwise.
         over = len(console.render_lines(view, console.options, pad=False)) - (console.height - 1)
         if over <= 0:

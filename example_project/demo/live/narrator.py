@@ -181,8 +181,9 @@ def _first_dispatch(holder: str, acquired_at: datetime, found: Takeover) -> str:
             f"{max(delay, 0):.1f} s after it fell due"
         )
     if found.late or found.missed:
+        late = f"{found.late} {'was' if found.late == 1 else 'were'} run late"
+        missed = f"{found.missed} {'was' if found.missed == 1 else 'were'} recorded missed"
         text += (
-            f"; slots that fell due while nobody led: {found.late} run late, "
-            f"{found.missed} recorded missed (catch-up policy)"
+            f"; of the slots that fell due while nobody led, {late} and {missed} (catch-up policy)"
         )
     return text

@@ -101,12 +101,7 @@ def header(scene: Scene) -> Panel:
         "other stands by and takes over when the leader dies. Try it:\n",
         style="italic",
     )
-    for key, what in (
-        ("k", "kill the leader (SIGKILL)"),
-        ("t", "stop it gracefully (SIGTERM)"),
-        ("r", "stop/start Redis"),
-        ("q", "quit"),
-    ):
+    for key, what, _ in KEYS:
         text.append(f" {key} ", style="bold reverse")
         text.append(f" {what}  ")
     if scene.notice:
@@ -115,9 +110,33 @@ def header(scene: Scene) -> Panel:
     return Panel(text, border_style="blue")
 
 
-def nodes_table(snap: Snapshot, scene: Scene) -> Table:
-    table = Table(title="Scheduler nodes", **COMPACT)
-    for column in ("node", "pid", "process", "role", "epoch", "lease left", "last report"):
+KEYS = (
+    ("k", "kill the leader (SIGKILL)", "kill leader"),
+    ("t", "stop it gracefully (SIGTERM)", "stop leader"),
+    ("r", "stop/start Redis", "Redis"),
+    ("q", "quit", "quit"),
+)
+# Below these the screen switches to the compact layout (an 80 x 24 terminal).
+COMPACT_WIDTH, COMPACT_HEIGHT = 110, 34
+
+
+def small_header(scene: Scene) -> Text:
+    """Two lines: where to look, and the keys."""
+    text = Text()
+    text.append("cluster-cron demo ", style="bold")
+    text.append(scene.admin_url, style="underline cyan")
+    text.append(f" ({scene.login})\n")
+    for key, _, short in KEYS:
+        text.append(f" {key} ", style="bold reverse")
+        text.append(f" {short} ")
+    return text
+
+
+def nodes_table(snap: Snapshot, scene: Scene, compact: bool = False) -> Table:
+    table = Table(title=None if compact else "Scheduler nodes", **COMPACT)
+    columns = ["node", "pid", "process", "role", "epoch", "lease left", "last report"]
+    shown = ["node", "role", "epoch", "lease left"] if compact else columns
+    for column in shown:
         table.add_column(column, no_wrap=True)
     for node, pid, state in scene.nodes:
         report = snap.nodes.get(node)
@@ -137,16 +156,18 @@ def nodes_table(snap: Snapshot, scene: Scene) -> Table:
         )
         epoch = str(report.epoch) if alive and report and report.epoch is not None else ""
         seen = _ago(snap.now, report.seen) if alive and report else "—"
-        table.add_row(
-            node,
-            str(pid),
-            Text(state, style="" if alive else "red"),
-            Text(role, style=style),
-            epoch,
-            lease,
-            seen,
-            style="dim" if not alive else "",
-        )
+        if not alive and compact:
+            role, style = state, "red"
+        cells: dict[str, Any] = {
+            "node": node,
+            "pid": str(pid),
+            "process": Text(state, style="" if alive else "red"),
+            "role": Text(role, style=style),
+            "epoch": epoch,
+            "lease left": lease,
+            "last report": seen,
+        }
+        table.add_row(*(cells[c] for c in shown), style="dim" if not alive else "")
     return table
 
 
@@ -182,29 +203,48 @@ def jobs_table(snap: Snapshot) -> Table:
     return table
 
 
-def runs_table(snap: Snapshot, rows: int) -> Table:
-    table = Table(title="Latest runs (JobRun: one per job and slot)", **COMPACT)
-    for column in ("slot", "job", "trigger", "status", "try", "dispatched by", "worker", "took"):
-        table.add_column(column, no_wrap=True, overflow="ellipsis")
-    table.add_column("note", overflow="ellipsis", no_wrap=True, ratio=1)
+RUN_COLUMNS = ("slot", "job", "trigger", "status", "try", "dispatched by", "worker", "took", "note")
+SMALL_RUN_COLUMNS = ("slot", "job", "status", "by", "took")
+
+
+def runs_table(snap: Snapshot, rows: int, compact: bool = False) -> Table:
+    title = None if compact else "Latest runs (JobRun: one per job and slot)"
+    table = Table(title=title, **COMPACT)
+    shown = SMALL_RUN_COLUMNS if compact else RUN_COLUMNS
+    for column in shown:
+        if column == "note":
+            table.add_column(column, overflow="ellipsis", no_wrap=True, ratio=1)
+        else:
+            table.add_column(column, no_wrap=True, overflow="ellipsis")
     for run in snap.runs[:rows]:
         by = f"{run.node} @{run.epoch}" if run.node else ""
-        took = f"{run.duration.total_seconds():.2f} s" if run.duration else ""
-        table.add_row(
-            f"{run.slot:%H:%M:%S}",
-            run.job,
-            run.trigger,
-            Text(run.status, style=STATUS_STYLES.get(run.status, "")),
-            str(run.attempt),
-            by,
-            run.worker.split("@")[0] if run.worker else "",
-            took,
-            run.note,
-        )
+        cells: dict[str, Any] = {
+            "slot": f"{run.slot:%H:%M:%S}",
+            "job": run.job,
+            "trigger": run.trigger,
+            "status": Text(run.status, style=STATUS_STYLES.get(run.status, "")),
+            "try": str(run.attempt),
+            "dispatched by": by,
+            "by": by,
+            "worker": run.worker.split("@")[0] if run.worker else "",
+            "took": f"{run.duration.total_seconds():.2f} s" if run.duration else "",
+            "note": run.note,
+        }
+        table.add_row(*(cells[c] for c in shown))
     return table
 
 
-def events_panel(events: Iterable[Event], lines: int) -> Panel:
+def counts_line(snap: Snapshot) -> Text:
+    counts = Text("runs: ", style="dim")
+    for status in STATUS_ORDER:
+        if snap.counts.get(status):
+            counts.append(f"{status} {snap.counts[status]}  ", style=STATUS_STYLES[status])
+    if not snap.counts:
+        counts.append("none yet", style="dim")
+    return counts
+
+
+def events_text(events: Iterable[Event], lines: int) -> Text:
     text = Text()
     shown = list(events)[-lines:]
     for i, event in enumerate(shown):
@@ -214,6 +254,11 @@ def events_panel(events: Iterable[Event], lines: int) -> Panel:
         text.append(event.text, style=event.style)
     if not shown:
         text.append("waiting for the first scheduler to take the lease…", style="dim")
+    return text
+
+
+def events_panel(events: Iterable[Event], lines: int) -> Panel:
+    text = events_text(events, lines)
     return Panel(text, title="What happened", title_align="left", border_style="magenta")
 
 
@@ -223,7 +268,10 @@ def render(
     events: Iterable[Event],
     event_lines: int = 8,
     run_rows: int = 14,
+    compact: bool = False,
 ) -> RenderableType:
+    if compact:
+        return render_small(snap, scene, events, event_lines, run_rows)
     top = Table.grid(expand=True)
     top.add_column(ratio=3)
     top.add_column(ratio=2)
@@ -232,4 +280,21 @@ def render(
     if snap.db_error:
         parts.append(Text(f"database: {snap.db_error}", style="bold red"))
     parts.append(events_panel(events, event_lines))
+    return Group(*parts)
+
+
+def render_small(
+    snap: Snapshot, scene: Scene, events: Iterable[Event], event_lines: int, run_rows: int
+) -> RenderableType:
+    """The screen for a small terminal (80 x 24): two header lines, the nodes, the run counts,
+    the latest runs and the story, in that order of importance; no frames."""
+    parts: list[RenderableType] = [small_header(scene)]
+    if scene.notice:
+        parts.append(Text(scene.notice, style="yellow"))
+    parts += [nodes_table(snap, scene, compact=True), counts_line(snap)]
+    parts.append(runs_table(snap, run_rows, compact=True))
+    if snap.db_error:
+        parts.append(Text(f"database: {snap.db_error}", style="bold red"))
+    parts.append(Text("what happened", style="bold magenta"))
+    parts.append(events_text(events, event_lines))
     return Group(*parts)

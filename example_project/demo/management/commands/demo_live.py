@@ -78,6 +78,16 @@ class Command(BaseCommand):
                 login=options["login"],
             )
         )
+        admin = f"http://127.0.0.1:{options['port']}/admin/ (login {options['login']})"
+        if scripted and not options["script"]:
+            # First, so whoever piped the output knows why there is no live screen.
+            self.write_line(
+                "[demo] the output is not a terminal, so the demo plays its failover story "
+                "unattended (about 30 s) and exits; run `make demo` in a terminal for the live "
+                "screen and its keys"
+            )
+        if scripted:
+            self.write_line(f"[demo] the admin, while the story plays: {admin}")
         failed: str | None = None
         with stop_on_signals():
             try:
