@@ -1,0 +1,225 @@
+"""The job form: its fields and their errors, the live preview of the schedule, and the small
+forms of the operator actions (pause, backfill)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from typing import Any, cast
+
+from django import forms
+from django.core.exceptions import ImproperlyConfigured, ValidationError
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+
+from ..celery_app import registered_task_names
+from ..core.catchup import PLAIN
+from ..core.cron import CronSchedule
+from ..core.errors import ScheduleError
+from ..core.timezones import available_timezones
+from ..core.timing import SlotTiming
+from ..describe import describe
+from ..models import MAX_JITTER, JobDefinition
+from ..validation import DEFINITION_FIELDS
+
+PREVIEW_COUNT = 10
+# Longer than any valid cron (200) or zone name; the parser reports what is wrong below that.
+PREVIEW_INPUT_LIMIT = 300
+
+
+def preview_html(cron: str, zone: str, now: datetime, timing: SlotTiming = PLAIN) -> SafeString:
+    """The schedule in words and its next runs in the zone and in UTC, with DST notes.
+
+    With a job's active period and jitter (``timing``), the list holds the slots it will really
+    run and when each is dispatched.
+    """
+    if not cron.strip():
+        return format_html("{}", "Type a cron expression to see its next runs.")
+    try:
+        schedule = CronSchedule.parse(cron, zone)  # not the cached parser: input is arbitrary
+    except ScheduleError as exc:
+        return format_html('<p class="dcc-preview-error">No preview: {}</p>', exc)
+    upcoming = timing.upcoming(schedule, now, PREVIEW_COUNT)
+    jittered = timing.jitter > timedelta(0)
+    rows = (
+        (
+            f"{due.astimezone(schedule.zone):%a %Y-%m-%d %H:%M:%S %Z}",
+            f"{due:%Y-%m-%d %H:%M:%S} UTC",
+            f"slot {slot.astimezone(schedule.zone):%H:%M:%S} + {(due - slot).seconds} s"
+            if jittered
+            else "",
+            schedule.dst_note(slot) or "",
+        )
+        for slot, due in upcoming
+    )
+    notes = []
+    if timing.start_at and timing.start_at > now:
+        notes.append(f"Starts {timing.start_at.astimezone(schedule.zone):%Y-%m-%d %H:%M:%S %Z}.")
+    if timing.end_at:
+        ended = timing.end_at < now
+        ends = timing.end_at.astimezone(schedule.zone)
+        notes.append(f"{'Ended' if ended else 'Ends'} {ends:%Y-%m-%d %H:%M:%S %Z}.")
+    if not upcoming:
+        notes.append("No more runs: the job is finished.")
+    return format_html(
+        '<p>{}</p><p>{}</p><table class="dcc-upcoming"><thead><tr><th>{}</th><th>UTC</th>'
+        "<th>{}</th><th>DST</th></tr></thead><tbody>{}</tbody></table>",
+        describe(cron),
+        " ".join(notes),
+        zone,
+        "jitter" if jittered else "",
+        format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>", rows),
+    )
+
+
+def timing_from_query(query: Any) -> SlotTiming:
+    """The active period and jitter the job form holds (its unsaved values); ignores bad ones."""
+
+    def when(name: str) -> datetime | None:
+        parts = [query.get(f"{name}_0", ""), query.get(f"{name}_1", "")]
+        if not parts[0]:
+            return None
+        try:
+            return cast(datetime, forms.SplitDateTimeField(required=False).clean(parts))
+        except ValidationError:
+            return None
+
+    try:
+        jitter = min(max(int(query.get("jitter") or 0), 0), MAX_JITTER)
+        key = max(int(query.get("job") or 0), 0)
+    except ValueError:
+        jitter, key = 0, 0
+    start, end = when("start_at"), when("end_at")
+    if start and end and end <= start:
+        end = None
+    return SlotTiming(start, end, timedelta(seconds=jitter), key if jitter else 0)
+
+
+def _task_choices(current: str | None) -> list[tuple[str, str]]:
+    try:
+        names = registered_task_names()
+    except ImproperlyConfigured:
+        names = []
+    from ..conf import app_settings
+
+    choices = [(n, n) for n in names if app_settings.task_allowed(n)]
+    if current and current not in dict(choices):
+        # Keep an unknown stored value visible; the model's clean() explains what is wrong.
+        from ..validation import private_task_reason
+
+        why = "not allowed" if private_task_reason(current) else "not registered"
+        choices.insert(0, (current, f"{current} ({why})"))
+    return [("", "---------"), *choices]
+
+
+def _help_text(field: str) -> str:
+    return str(getattr(JobDefinition._meta.get_field(field), "help_text", ""))
+
+
+def _timezone_choices() -> list[tuple[str, str]]:
+    return [(name, name) for name in sorted(available_timezones())]
+
+
+class JSONText(forms.JSONField):
+    """A JSON field whose parse error says where and what (Django's says "Enter a valid JSON.")."""
+
+    def __init__(self, *args: Any, example: str = "", **kwargs: Any) -> None:
+        self.example = example
+        super().__init__(*args, **kwargs)
+
+    def to_python(self, value: Any) -> Any:
+        if isinstance(value, str) and value.strip() and not self.disabled:
+            try:
+                json.loads(value)
+            except json.JSONDecodeError as exc:
+                where = (
+                    f"line {exc.lineno}, column {exc.colno}"
+                    if "\n" in value.strip()
+                    else (f"character {exc.pos + 1}")
+                )
+                hint = " JSON strings take double quotes." if "'" in value else ""
+                raise ValidationError(
+                    "Not valid JSON: %(problem)s at %(where)s.%(hint)s Write %(example)s.",
+                    code="invalid",
+                    params={
+                        "problem": exc.msg.lower(),
+                        "where": where,
+                        "hint": hint,
+                        "example": self.example,
+                    },
+                ) from None
+        return super().to_python(value)
+
+
+class JobDefinitionForm(forms.ModelForm):  # type: ignore[type-arg]
+    change_note = forms.CharField(
+        required=False,
+        max_length=500,
+        label="Note for the history",
+        help_text="Why you make this change (kept in the job's History with your name).",
+        widget=forms.TextInput(attrs={"size": 60}),
+    )
+
+    class Meta:
+        model = JobDefinition
+        fields = ("name", "enabled", "pause_note", *DEFINITION_FIELDS)
+        widgets = {  # noqa: RUF012
+            "args": forms.Textarea(attrs={"rows": 2, "cols": 60}),
+            "kwargs": forms.Textarea(attrs={"rows": 3, "cols": 60}),
+            "description": forms.Textarea(attrs={"rows": 2, "cols": 60}),
+        }
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        current_task = self.instance.task if self.instance else None
+        self.fields["task"] = forms.ChoiceField(
+            choices=_task_choices(self.data.get("task") or current_task),
+            help_text=_help_text("task"),
+        )
+        for name, example in (
+            ("args", 'a list, such as [1, "two"] (or [] for none)'),
+            ("kwargs", 'an object, such as {"limit": 10} (or {} for none)'),
+        ):
+            field = self.fields.get(name)
+            if field is None:  # read-only here (declared in code, or a view-only user)
+                continue
+            self.fields[name] = JSONText(
+                required=field.required,
+                widget=field.widget,
+                help_text=field.help_text,
+                label=field.label,
+                initial=field.initial,
+                example=example,
+            )
+        self.fields["timezone"] = forms.ChoiceField(
+            choices=_timezone_choices()
+            + ([] if not self.data.get("timezone") else [(self.data["timezone"],) * 2]),
+            initial="UTC",
+            help_text=_help_text("timezone"),
+        )
+
+
+POLICY_HELP = {
+    "catchup_policy": (
+        "After an outage, which missed slots inside the catch-up window run: 'all' runs each "
+        "(up to CATCHUP_CAP, the most recent), 'latest' runs only the most recent, 'none' runs "
+        "only slots that are still on time. Slots not run are recorded as missed."
+    ),
+    "catchup_window": "How far back (HH:MM:SS) missed slots are considered after an outage.",
+    "overlap_policy": (
+        "'allow': runs may overlap. 'skip': a slot whose previous run is still waiting or "
+        "running is recorded as skipped. 'buffer_one': at most one run waits behind the one "
+        "running; further slots are skipped."
+    ),
+}
+
+
+class BackfillForm(forms.Form):
+    start = forms.DateTimeField(help_text="From (exclusive), in the server's time zone.")
+    end = forms.DateTimeField(help_text="To (inclusive); must be in the past.")
+
+
+class PauseForm(forms.Form):
+    note = forms.CharField(
+        required=False, max_length=255, help_text="Optional: why, shown in the jobs list."
+    )
