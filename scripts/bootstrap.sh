@@ -36,7 +36,7 @@ install_inputs() {
         pyproject.toml
     cat scripts/bootstrap.sh
 }
-EXTRAS="test,lint,example,docs"
+EXTRAS="test,from-celery-beat,lint,example,docs"
 case "${DATABASE_URL:-}" in
     mysql*) EXTRAS="$EXTRAS,mysql" ;;
 esac

@@ -207,8 +207,9 @@ class JobDefinitionAdmin(JobOperations):
         # Hard delete (with the whole run history) stays with superusers; operators soft-delete.
         return bool(request.user.is_superuser)
 
-    def get_actions(self, request: HttpRequest) -> Any:
-        actions = super().get_actions(request)
+    def get_actions(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        # Django 6.1 passes where the actions are shown (action_location); pass it on.
+        actions = super().get_actions(request, *args, **kwargs)
         if not request.user.is_superuser:
             actions.pop("delete_selected", None)
         return actions

@@ -6,17 +6,33 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable
+from typing import Any
 
 import django
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError
 
 from django_cluster_cron import __version__
 
 
 class ClusterCronCommand(BaseCommand):
+    # Commands that report an unreachable database themselves (run_scheduler waits for it and
+    # --once exits 1 naming it; cluster_health reports it) go on when the checks cannot reach it.
+    checks_survive_database_down = False
+
     def get_version(self) -> str:
         """``--version`` names this app, not only Django."""
         return f"django-cluster-cron {__version__} (Django {django.get_version()})"
+
+    def check(self, *args: Any, **kwargs: Any) -> None:
+        """Django's system checks, minus a traceback when the database is unreachable (Django
+        6.1's checks read the database's features, so they connect)."""
+        try:
+            super().check(*args, **kwargs)
+        except DatabaseError as exc:
+            if self.checks_survive_database_down:
+                return
+            raise CommandError(f"The database cannot be reached: {exc}") from exc
 
 
 def seconds_above_zero(value: str) -> float:

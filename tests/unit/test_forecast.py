@@ -85,5 +85,5 @@ def test_counting_stops_at_the_limit_and_says_so():
 
 
 def test_a_window_must_end_after_it_starts():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="the window must end after it starts"):
         forecast([], START, START, 10)

@@ -13,6 +13,8 @@ from django_cluster_cron.ops.health import FAIL, WARN, cluster_health
 
 
 class Command(ClusterCronCommand):
+    checks_survive_database_down = True
+
     help = (
         "Check the cluster from outside: a leader holds the lease, it ticks, slots go out on "
         "time, runs do not wait or hang, clocks agree, the broker answers. Prints one line per "

@@ -26,6 +26,8 @@ _COMPONENTS = {
 
 
 class Command(ClusterCronCommand):
+    checks_survive_database_down = True
+
     help = (
         "Run a cluster-cron scheduler node. Start one on as many hosts as you like: one leads "
         "(a lease in Redis or the database, LEASE_BACKEND), the others stand by and take over "
