@@ -10,7 +10,7 @@ POSTGRES_URL ?= postgres://postgres@127.0.0.1:5432/test
 MYSQL_URL ?= mysql://root@127.0.0.1:3306/test
 DJANGO_ADMIN := DJANGO_SETTINGS_MODULE=tests.settings $(VENV)/bin/django-admin
 
-.PHONY: help bootstrap test test-postgres test-mysql lint format check chaos demo docs bench release-check clean
+.PHONY: help bootstrap test test-postgres test-mysql matrix lint format check chaos demo docs bench release-check clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -26,6 +26,9 @@ test-postgres:  ## run the test suite against PostgreSQL (POSTGRES_URL)
 
 test-mysql:  ## run the test suite against MySQL/MariaDB (MYSQL_URL)
 	DATABASE_URL="$(MYSQL_URL)" bash scripts/test.sh $(PYTEST_ARGS)
+
+matrix:  ## every Python 3.10-3.13 x Django 5.2/6.0/6.1 pair on SQLite (tox; TOX_ARGS="-e py313-django61")
+	bash scripts/matrix.sh $(TOX_ARGS)
 
 lint: bootstrap  ## ruff check, ruff format --check, mypy
 	$(VENV)/bin/ruff check .
