@@ -287,6 +287,9 @@ def test_scripted_story_plays_to_the_end_and_leaves_no_process(
         DEMO_PORT=str(_free_port()),
         DEMO_TEST_MARKER=marker.split("=", 1)[1],
         LEASE=lease,
+        # The demo keeps its logs (and its Redis its directory) under the temporary directory:
+        # the test's own, so nothing is left in /tmp.
+        TMPDIR=str(tmp_path),
     )
     result = subprocess.run(
         ["bash", str(ROOT / "scripts" / "demo.sh"), *args],
