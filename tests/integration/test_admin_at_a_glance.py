@@ -197,3 +197,30 @@ def test_the_jobs_list_puts_the_task_under_the_name_and_the_zone_in_the_next_run
     for gone in ("column-timezone", "column-task", "column-last_status", "column-success"):
         assert gone not in html
     assert JobDefinition.objects.count() == 1
+
+
+def test_the_cluster_page_says_the_reports_cannot_be_read_while_redis_is_down(
+    admin_client, settings, throwaway_redis
+):
+    """Schedulers may well be running: the page must not tell the operator to start one."""
+    url = throwaway_redis.url
+    throwaway_redis.stop()
+    settings.CACHES = {
+        **settings.CACHES,
+        "down": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": url,
+            "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 1, "SOCKET_TIMEOUT": 1},
+        },
+    }
+    settings.CLUSTER_CRON = {
+        **settings.CLUSTER_CRON,
+        "REDIS_ALIAS": "down",
+        "LEASE_BACKEND": "redis",
+    }
+    html = admin_client.get(CLUSTER).content.decode()
+    assert (
+        "could not be read, so the leader, the node reports and the locks below are unknown" in html
+    )
+    assert "Node reports cannot be read while Redis is unreachable" in html
+    assert "No scheduler has reported recently" not in html
