@@ -207,9 +207,13 @@ class JobDefinitionAdmin(JobOperations):
         # Hard delete (with the whole run history) stays with superusers; operators soft-delete.
         return bool(request.user.is_superuser)
 
-    def get_actions(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-        # Django 6.1 passes where the actions are shown (action_location); pass it on.
-        actions = super().get_actions(request, *args, **kwargs)
+    def get_actions(self, request: HttpRequest, action_location: Any = None) -> Any:
+        # Django 6.1 passes where the actions are shown (and warns about overrides that do not
+        # name the parameter); earlier versions take the request alone.
+        if action_location is None:
+            actions = super().get_actions(request)
+        else:
+            actions = super().get_actions(request, action_location)  # type: ignore[call-arg]
         if not request.user.is_superuser:
             actions.pop("delete_selected", None)
         return actions
