@@ -128,7 +128,10 @@ def test_runs_are_told_once_and_only_those_of_this_demo() -> None:
     ]
 
 
-def test_the_screen_shows_leader_login_jobs_runs_and_story() -> None:
+def screen_of_two_nodes(
+    runs: list[RunRow], counts: dict[str, int]
+) -> tuple[Snapshot, Scene, Narrator]:
+    """demo-a leads (epoch 4), demo-b stands by, demo-c was killed; the narrator has seen it."""
     narrator = Narrator(start_epoch=None, takeover=FakeTakeovers())
     snap = Snapshot(
         now=at(10),
@@ -140,8 +143,8 @@ def test_the_screen_shows_leader_login_jobs_runs_and_story() -> None:
             "demo-a": NodeReport("demo-a", "leader", 4, at(9.5), 11),
             "demo-b": NodeReport("demo-b", "standby", None, at(9.8), 12),
         },
-        runs=[run_row("running"), run_row("success")],
-        counts={"success": 3, "failed": 1},
+        runs=runs,
+        counts=counts,
     )
     narrator.observe(snap)
     scene = Scene(
@@ -153,6 +156,13 @@ def test_the_screen_shows_leader_login_jobs_runs_and_story() -> None:
         log_dir="/tmp/logs",
         nodes=[("demo-a", 11, "running"), ("demo-b", 12, "running"), ("demo-c", 13, "killed")],
         services=[("celery-worker", "running (pid 10)")],
+    )
+    return snap, scene, narrator
+
+
+def test_the_screen_shows_leader_login_jobs_runs_and_story() -> None:
+    snap, scene, narrator = screen_of_two_nodes(
+        [run_row("running"), run_row("success")], {"success": 3, "failed": 1}
     )
     console = Console(width=160, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
     console.print(render(snap, scene, narrator.events))
@@ -177,30 +187,9 @@ def test_an_80_by_24_terminal_gets_the_compact_screen_with_nothing_cut() -> None
 
     from demo.live.interactive import fit
 
-    narrator = Narrator(start_epoch=None, takeover=FakeTakeovers())
-    snap = Snapshot(
-        now=at(10),
-        leader="demo-a",
-        lease_left=2.4,
-        epoch=4,
-        epoch_holder="demo-a",
-        nodes={
-            "demo-a": NodeReport("demo-a", "leader", 4, at(9.5), 11),
-            "demo-b": NodeReport("demo-b", "standby", None, at(9.8), 12),
-        },
-        runs=[run_row("running"), run_row("failed", attempt=2)] + [run_row("success")] * 20,
-        counts={"success": 20, "failed": 1, "running": 1},
-    )
-    narrator.observe(snap)
-    scene = Scene(
-        admin_url="http://127.0.0.1:8000/admin/",
-        login="admin / admin",
-        database="SQLite db.sqlite3",
-        redis="redis://127.0.0.1:6390/0 (throwaway)",
-        lease_ttl=3,
-        log_dir="/tmp/logs",
-        nodes=[("demo-a", 11, "running"), ("demo-b", 12, "running"), ("demo-c", 13, "killed")],
-        services=[("celery-worker", "running (pid 10)")],
+    snap, scene, narrator = screen_of_two_nodes(
+        [run_row("running"), run_row("failed", attempt=2)] + [run_row("success")] * 20,
+        {"success": 20, "failed": 1, "running": 1},
     )
     demo = SimpleNamespace(scene=lambda: scene, narrator=narrator)
     console = Console(width=80, height=24, record=True, file=open(os.devnull, "w"))  # noqa: SIM115

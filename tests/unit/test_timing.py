@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -14,6 +12,7 @@ from django_cluster_cron.core.catchup import CatchupPolicy, CatchupRules, Trigge
 from django_cluster_cron.core.cron import CronSchedule
 from django_cluster_cron.core.errors import ScheduleError
 from django_cluster_cron.core.timing import SlotTiming, jitter_offset
+from tests.unit.processes import printed_in_processes
 
 UTC = timezone.utc
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
@@ -69,16 +68,7 @@ def test_every_process_computes_the_same_offsets_whatever_its_hash_seed():
         "print([int(jitter_offset(j, t + timedelta(minutes=j), timedelta(seconds=900))"
         ".total_seconds()) for j in range(200)])\n"
     )
-    outputs = {
-        subprocess.run(
-            [sys.executable, "-c", code],
-            env={"PYTHONHASHSEED": seed, "PATH": "/usr/bin:/bin"},
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-        for seed in ("0", "1", "12345")
-    }
+    outputs = printed_in_processes(code)
     here = str(
         [
             int(jitter_offset(j, T0 + timedelta(minutes=j), timedelta(seconds=900)).total_seconds())
