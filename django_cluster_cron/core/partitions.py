@@ -139,8 +139,8 @@ def plan(
     held = sorted(
         p for p, lease in leases.items() if lease.owner == node and lease.valid_until > now
     )
-    # Partitions beyond the quota (adopted while others were down) go back least preferred
-    # first; a partition another stable node prefers goes back to it.
+    # A partition assigned to another stable node (one adopted while that node was down or not
+    # yet known) goes back to it, not before this node has held it for ``settle``.
     keep = [p for p in held if p in mine]
     for p in held:
         if p in mine:
