@@ -158,11 +158,33 @@ def execute(task: Any, run_id: object, attempt: object) -> None:
         # Escaped before the body ran (e.g. the soft time limit while waiting for the overlap
         # lock): the run failed; it did not succeed.
         outcome = Outcome("failure", error=exc, trace=traceback.format_exc())
-    except BaseException as exc:  # the worker is shutting down, or the body called sys.exit
+    except BaseException as exc:
+        if _terminate_signal_handled():
+            # A signal is ending this pool process (a revoke with terminate=True, a cold
+            # shutdown): the body did not finish and did not fail. Write nothing: the worker's
+            # main process records a terminating revoke as cancelled (on_revoked), and any
+            # other end is a lost run for the leader's heartbeat sweep (the job's
+            # on_worker_lost). Recording "failed" here would race the cancel and could win.
+            logger.warning(
+                "run.interrupted run=%s attempt=%s: the process is terminating", run.pk, run.attempt
+            )
+            raise
+        # The body itself raised SystemExit or KeyboardInterrupt: its run failed.
         outcome = Outcome("failure", error=exc, trace=traceback.format_exc())
         _record(task, run, timer, outcome)
         raise
     _record(task, run, timer, outcome)
+
+
+def _terminate_signal_handled() -> bool:
+    """Has billiard's handler for a terminate signal run in this process? It raises SystemExit
+    in whatever the process was doing, so an exception seen after it is the process ending."""
+    from billiard import common
+
+    fired = getattr(common, "terminate_handler_fired", None)
+    if fired is not None:
+        return bool(fired())
+    return bool(getattr(common, "_should_have_exited", [False])[0])  # billiard < 4.3
 
 
 def _run_claimed(task: Any, run: JobRun) -> Outcome:

@@ -9,6 +9,7 @@ prefork worker processes.
 
 from __future__ import annotations
 
+import signal
 import time
 from datetime import timedelta
 
@@ -161,6 +162,46 @@ def test_a_body_that_called_self_retry_is_retrying_under_the_jobs_policy(receive
     run = apply(run, attempt=2)
     assert run.status == RunStatus.FAILED
     assert received == [signals.run_retrying, signals.run_failed]
+
+
+def test_a_body_that_called_sys_exit_failed_and_the_exit_goes_on(received):
+    run = make_run(make_job(task="tests.exit", args=[3]))
+    with pytest.raises(SystemExit):
+        apply(run)
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED
+    assert "SystemExit: 3" in run.error
+    assert received == [signals.run_failed]
+
+
+@pytest.fixture
+def billiard_terminate_handler():
+    """SIGTERM handled as in a Celery prefork pool process: billiard's handler raises
+    SystemExit in whatever runs. Restored afterwards, flag included."""
+    from billiard import common
+
+    previous = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, common._shutdown_cleanup)
+    yield
+    signal.signal(signal.SIGTERM, previous)
+    common._should_have_exited[0] = False
+
+
+def test_a_body_ended_by_a_terminate_signal_is_left_running_for_the_revoke_or_the_sweep(
+    billiard_terminate_handler, caplog
+):
+    # The process is being terminated (a revoke with terminate=True, a cold shutdown): the
+    # body neither finished nor failed. The worker's main process records the revoke as
+    # cancelled; otherwise the leader's lost-run sweep applies the job's on_worker_lost. A
+    # "failed" written here raced the cancel and sometimes won (seen in CI).
+    run = make_run(make_job(task="tests.signal_self"))
+    with pytest.raises(SystemExit):
+        apply(run)
+    run.refresh_from_db()
+    assert run.status == RunStatus.RUNNING
+    assert run.error == ""
+    assert run.finished_at is None
+    assert any("run.interrupted" in record.getMessage() for record in caplog.records)
 
 
 # -- real worker processes: time limits and revokes ------------------------------------------------

@@ -133,3 +133,23 @@ def witness_slot(seconds: float = 0.0) -> int:
     run = current_run()
     assert run is not None
     return _witness(f"{run.job_id}@{run.scheduled_for.isoformat()}", seconds)
+
+
+@shared_task(name="tests.exit")
+def exit_(code: int = 3) -> None:
+    """The body ends its own process's work with sys.exit (a job's bug, not a signal)."""
+    import sys
+
+    sys.exit(code)
+
+
+@shared_task(name="tests.signal_self")
+def signal_self() -> None:
+    """Send this process SIGTERM and wait for its handler (a pool process being terminated)."""
+    import os
+    import signal
+    import time
+
+    os.kill(os.getpid(), signal.SIGTERM)
+    for _ in range(100):  # the handler runs between two bytecodes of this thread
+        time.sleep(0.01)
