@@ -15,8 +15,10 @@ pins our behaviour instead:
   (Vixie cron), pinned in test_cron_dialect;
 * ``LW``, ``L/2``: cronsim accepts them, our dialect refuses them (tested in test_cron_dialect);
 * cronsim can return a wall time that does not exist (a day starting inside a gap, as in
-  America/Santiago): it is not a real local time and is dropped from its results; ours never
-  fires a real-time job there (test_dst.py);
+  America/Santiago): it is not a real local time and is dropped from its results (ours never
+  fires a real-time job there, test_dst.py), unless the instant it names shows a wall time the
+  expression matches — ``* * * sep sun`` gives 00:00 -04:00 for 01:00 -03:00 on 2020-09-06, a
+  real fire it then does not give again;
 * real-time jobs in zones whose clock changes off the hour (Australia/Lord_Howe's 30-minute
   shift, Pacific/Chatham's change at 02:45/03:45) are compared for wall-clock jobs only: cronsim
   steps whole hours from the top of the hour and, after such a change, lands on :30 or :45 —
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import itertools
 from datetime import datetime, timedelta, timezone
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -163,16 +166,24 @@ def cronsim_times(cron: str, zone: str, after: datetime, count: int) -> list[dat
         if "day-of-month" not in str(refused) or day.startswith("*") or weekday.startswith("*"):
             raise
         fields[3 if len(fields) == 6 else 2] = "*"
-        iterator = CronSim(" ".join(fields), start)
+        spelled = " ".join(fields)
+        iterator = CronSim(spelled, start)
     result: list[datetime] = []
     try:
         for _ in range(count * 3):
             local = next(iterator)
-            if local.tzinfo is not UTC and local.astimezone(UTC).astimezone(local.tzinfo) != local:
-                # A wall time that does not exist (cronsim reaches one when a day starts inside
-                # a gap, America/Santiago's midnight change): not a fire time; skip it.
-                continue
             instant = local.astimezone(UTC)
+            real = instant.astimezone(local.tzinfo)
+            if (
+                local.tzinfo is not UTC
+                and real.replace(tzinfo=None) != local.replace(tzinfo=None)
+                and not _fires_at(spelled, instant, local.tzinfo)
+            ):
+                # A wall time that does not exist (cronsim reaches one when a day starts inside
+                # a gap, America/Santiago's midnight change): not a fire time; skip it. Unless
+                # the instant it names shows a wall time the expression matches (00:00 -04 is
+                # 01:00 -03, the first minute after the gap): cronsim's spelling of that fire.
+                continue
             if instant > after and (not result or instant > result[-1]):
                 result.append(instant)
             if len(result) == count:
@@ -180,6 +191,14 @@ def cronsim_times(cron: str, zone: str, after: datetime, count: int) -> list[dat
     except StopIteration:
         pass
     return result
+
+
+def _fires_at(spelled: str, instant: datetime, zone: Any) -> bool:
+    """Does cronsim, started at the real wall time a second before ``instant``, fire next at
+    that instant (compared in UTC: equal wall times in one zone compare without their fold)?"""
+    start = (instant - timedelta(seconds=1)).astimezone(zone)
+    found = next(CronSim(spelled, start), None)
+    return found is not None and found.astimezone(UTC) == instant
 
 
 def assert_agrees(cron: str, zone: str, after: datetime) -> None:
@@ -210,6 +229,7 @@ def parse_or_never(cron: str, zone: str) -> CronSchedule | None:
 @example(cron="0 0 * * 7/2", zone="America/New_York", after=datetime(2024, 1, 1, tzinfo=UTC))
 @example(cron="* * 30/1 2 *", zone="UTC", after=datetime(2000, 1, 1, tzinfo=UTC))
 @example(cron="* * 30 2 0", zone="UTC", after=datetime(2000, 1, 1, tzinfo=UTC))  # Sundays in Feb
+@example(cron="* * * sep */7", zone="America/Santiago", after=datetime(2020, 1, 1, tzinfo=UTC))
 def test_five_field_fire_times_agree_with_cronsim(cron, zone, after):
     schedule = parse_or_never(cron, zone)
     if schedule is None:
