@@ -181,10 +181,10 @@ def billiard_terminate_handler():
     from billiard import common
 
     previous = signal.getsignal(signal.SIGTERM)
-    signal.signal(signal.SIGTERM, common._shutdown_cleanup)
+    signal.signal(signal.SIGTERM, common._shutdown_cleanup)  # type: ignore[attr-defined]
     yield
     signal.signal(signal.SIGTERM, previous)
-    common._should_have_exited[0] = False
+    common._should_have_exited[0] = False  # type: ignore[attr-defined]
 
 
 def test_a_body_ended_by_a_terminate_signal_is_left_running_for_the_revoke_or_the_sweep(
