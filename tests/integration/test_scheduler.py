@@ -7,104 +7,25 @@ test_scheduler_processes.py.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 
 import pytest
 from django.db import connection
 from django.utils import timezone as dj_timezone
 
 from django_cluster_cron.leases import LEADER
-from django_cluster_cron.leases.database import DatabaseBackend
-from django_cluster_cron.leases.redis import RedisBackend
 from django_cluster_cron.models import JobDefinition, JobRun, RunStatus, RunTrigger
 from django_cluster_cron.querycount import count_queries
 from django_cluster_cron.scheduler.dispatch import EXECUTE_TASK, CeleryDispatcher
-from django_cluster_cron.scheduler.loop import Scheduler
 from django_cluster_cron.scheduler.store import RunStore
-from django_cluster_cron.testing import NoWait
+from tests.integration.inprocess import LEASES, T0, Clock, backend_of, job, queued_messages
 from tests.integration.leases import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
-UTC = timezone.utc
-
-
-class Clock:
-    def __init__(self, now: datetime) -> None:
-        self.now = now
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
-
-
-# Tests that depend on the lease run once per backend: ``@pytest.mark.parametrize("lease_kind",
-# LEASES)``; the others use Redis.
-LEASES = ["redis", "database"]
-
-
-@pytest.fixture
-def lease_kind() -> str:
-    return "redis"
-
-
-def backend_of(kind: str):
-    return RedisBackend() if kind == "redis" else DatabaseBackend()
-
-
-@pytest.fixture
-def make_scheduler(redis_client, settings, lease_kind):
-    settings.CLUSTER_CRON = {
-        **settings.CLUSTER_CRON,
-        "KEY_PREFIX": f"t{uuid.uuid4().hex[:8]}",
-        "LEASE_BACKEND": lease_kind,
-    }
-    backend = backend_of(lease_kind)
-    made = []
-
-    def make(node: str, clock: Clock, dispatcher=None, ttl: float = 5.0) -> Scheduler:
-        scheduler = Scheduler(
-            node_id=node,
-            lease=backend.lease(LEADER, node, ttl),
-            backend=backend,
-            store=RunStore(),
-            dispatcher=dispatcher or CeleryDispatcher(),
-            sleeper=NoWait(),
-            clock=clock,
-            poll_interval=0.1,
-        )
-        made.append(scheduler)
-        return scheduler
-
-    yield make
-    for scheduler in made:
-        scheduler.shutdown()
-
-
-def job(name, cron="* * * * *", watermark=None, **fields):
-    values = {"cron": cron, "timezone": "UTC", "task": "tests.add", "args": [1, 2]}
-    values.update(fields)
-    created = JobDefinition.objects.create(name=name, **values)
-    if watermark is not None:
-        schedule = created.schedule
-        JobDefinition.objects.filter(pk=created.pk).update(
-            last_scheduled_at=watermark, next_run_at=schedule.next_after(watermark)
-        )
-        created.refresh_from_db()
-    return created
-
-
-def queued_messages(redis_client, queue="celery"):
-    return [json.loads(raw) for raw in redis_client.lrange(queue, 0, -1)]
-
-
-T0 = datetime(2030, 1, 1, 12, tzinfo=UTC)
 
 
 def test_the_leader_records_each_due_slot_once_and_publishes_it_with_its_task_id(
