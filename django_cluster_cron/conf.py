@@ -163,6 +163,18 @@ DEFAULTS: dict[str, Setting] = {
     "OVERLAP_POLICY": Setting(
         "allow", _choice("allow", "skip", "buffer_one"), "Default overlap policy of new jobs."
     ),
+    "LOOKAHEAD": Setting(
+        60.0,
+        _non_negative_seconds,
+        "How long before its due time a run is recorded and its message built, seconds; at the "
+        "instant the leader only publishes. 0 records each run when it is due.",
+    ),
+    "LOOKAHEAD_RUNS": Setting(
+        100_000,
+        _non_negative_int,
+        "Most runs recorded ahead with their messages held by the leader at once (about 100 "
+        "bytes each); beyond it, runs are recorded when due.",
+    ),
     "OUTBOX_REPUBLISH_AFTER": Setting(
         30.0,
         _positive_seconds,
@@ -304,6 +316,14 @@ class ClusterCronSettings:
     @property
     def OVERLAP_POLICY(self) -> str:
         return str(self.get("OVERLAP_POLICY"))
+
+    @property
+    def LOOKAHEAD(self) -> timedelta:
+        return timedelta(seconds=self.get("LOOKAHEAD"))
+
+    @property
+    def LOOKAHEAD_RUNS(self) -> int:
+        return int(self.get("LOOKAHEAD_RUNS"))
 
     @property
     def OUTBOX_REPUBLISH_AFTER(self) -> timedelta:

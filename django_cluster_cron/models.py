@@ -69,7 +69,23 @@ class JobQuerySet(models.QuerySet["JobDefinition"]):
 
     def due(self, now: datetime) -> JobQuerySet:
         """Enabled, live jobs whose next slot has come — served by the ``due`` index."""
-        due = self.filter(enabled=True, deleted_at__isnull=True, next_run_at__lte=now)
+        return self.due_by(now, None)
+
+    def due_by(self, now: datetime, horizon: datetime | None) -> JobQuerySet:
+        """:meth:`due`, and with a ``horizon`` also the jobs the scheduler records ahead: of
+        overlap policy ``allow``, due by then, with no instant recorded ahead yet (their
+        watermark is not past now). Earliest first."""
+        live = self.filter(enabled=True, deleted_at__isnull=True)
+        if horizon is None or horizon <= now:
+            due = live.filter(next_run_at__lte=now)
+        else:
+            # The range on next_run_at first, so the due index serves it in order.
+            ahead = models.Q(overlap_policy=OverlapPolicy.ALLOW) & (
+                models.Q(last_scheduled_at__lte=now) | models.Q(last_scheduled_at__isnull=True)
+            )
+            due = live.filter(next_run_at__lte=horizon).filter(
+                models.Q(next_run_at__lte=now) | ahead
+            )
         return cast(JobQuerySet, due.order_by("next_run_at"))
 
 
@@ -82,6 +98,9 @@ class LiveJobManager(models.Manager["JobDefinition"]):
     def due(self, now: datetime) -> JobQuerySet:
         return self.get_queryset().due(now)
 
+    def due_by(self, now: datetime, horizon: datetime | None) -> JobQuerySet:
+        return self.get_queryset().due_by(now, horizon)
+
 
 # The schedule-defining fields: a change to any of them restarts the job's schedule from now.
 SCHEDULE_FIELDS = (
@@ -93,6 +112,18 @@ SCHEDULE_FIELDS = (
     "end_at",
     "jitter",
     "max_runs",
+)
+# What a run's message carries from its job (routing, expiry, limits) and the policy a run
+# recorded ahead was decided under: with the schedule fields, a change to any of them withdraws
+# the runs recorded ahead of their time (see withdraw_recorded_ahead).
+AHEAD_FIELDS = (
+    *SCHEDULE_FIELDS,
+    "queue",
+    "priority",
+    "expires",
+    "soft_time_limit",
+    "time_limit",
+    "overlap_policy",
 )
 BOOKKEEPING_FIELDS = ("next_run_at", "last_scheduled_at")
 # Written by the scheduler and workers with conditional UPDATEs; a save writes them only when it
@@ -285,8 +316,13 @@ class JobDefinition(models.Model):
         if self._resumed():
             self.consecutive_failures = 0
             owned.add("consecutive_failures")
-        if self._schedule_changed():
-            self.restart_schedule()
+        using = kwargs.get("using") or router.db_for_write(JobDefinition, instance=self)
+        restarted = self._schedule_changed()
+        withdraw = not adding and self._ahead_fields_changed()
+        # One reading of the database's clock serves the restart and the withdrawal.
+        now = database_now(using) if restarted or withdraw else None
+        if restarted:
+            self.restart_schedule(now)
             owned.update(BOOKKEEPING_FIELDS)
         if update_fields is not None:
             kwargs["update_fields"] = {*update_fields, *owned}
@@ -296,12 +332,35 @@ class JobDefinition(models.Model):
                 for f in self._meta.concrete_fields
                 if not f.primary_key and (f.name not in CLUSTER_FIELDS or f.name in owned)
             ]
-        using = kwargs.get("using") or router.db_for_write(JobDefinition, instance=self)
         with transaction.atomic(using=using):
             before = None if adding else audit.stored_snapshot(self)
             super().save(*args, **kwargs)
+            if withdraw and now is not None:
+                self._withdraw_recorded_ahead(now, restarted, using)
             audit.record_save(self, before)
-        self._loaded = {f: getattr(self, f) for f in SCHEDULE_FIELDS}
+        self._loaded = {f: getattr(self, f) for f in AHEAD_FIELDS}
+
+    def _withdraw_recorded_ahead(self, now: datetime, restarted: bool, using: str) -> None:
+        """Runs recorded ahead under the old definition go; the leader plans them anew.
+
+        A restarted schedule owes slots from ``now`` on (the restart set it); otherwise the
+        watermark goes back to ``now`` if it was ahead of it, so the slots withdrawn are planned
+        again under the new routing and policy.
+        """
+        from .scheduler.store import withdraw_recorded_ahead
+
+        if not withdraw_recorded_ahead(self.pk, after=now, using=using):
+            return
+        if not restarted:
+            next_run = self._next_due_after(now) if self.is_scheduled else None
+            JobDefinition.all_objects.using(using).filter(
+                pk=self.pk, last_scheduled_at__gt=now
+            ).update(last_scheduled_at=now, next_run_at=next_run)
+        if self.max_runs is not None:  # the withdrawn runs no longer count
+            self.scheduled_runs = self.counted_runs()
+            JobDefinition.all_objects.using(using).filter(pk=self.pk).update(
+                scheduled_runs=self.scheduled_runs
+            )
 
     def _resumed(self) -> bool:
         loaded = getattr(self, "_loaded", None)
@@ -314,7 +373,7 @@ class JobDefinition(models.Model):
         cls, db: str | None, field_names: Collection[str], values: Collection[Any], **kwargs: Any
     ) -> JobDefinition:
         instance = cast(JobDefinition, super().from_db(db, field_names, values, **kwargs))
-        instance._loaded = {f: getattr(instance, f) for f in SCHEDULE_FIELDS if f in field_names}
+        instance._loaded = {f: getattr(instance, f) for f in AHEAD_FIELDS if f in field_names}
         return instance
 
     def refresh_from_db(
@@ -323,9 +382,7 @@ class JobDefinition(models.Model):
         """Reload from the database and take the reloaded values as the ones loaded, so a later
         save compares with them (a resume after a reload restarts the schedule)."""
         super().refresh_from_db(using, fields, *args, **kwargs)
-        reloaded = (
-            SCHEDULE_FIELDS if fields is None else [f for f in SCHEDULE_FIELDS if f in fields]
-        )
+        reloaded = AHEAD_FIELDS if fields is None else [f for f in AHEAD_FIELDS if f in fields]
         self._loaded = {**getattr(self, "_loaded", {}), **{f: getattr(self, f) for f in reloaded}}
 
     def _limit_set(self) -> bool:
@@ -345,6 +402,12 @@ class JobDefinition(models.Model):
         if self._state.adding or loaded is None:
             return True
         return any(getattr(self, f) != loaded.get(f, object()) for f in SCHEDULE_FIELDS)
+
+    def _ahead_fields_changed(self) -> bool:
+        loaded = getattr(self, "_loaded", None)
+        if loaded is None:
+            return True
+        return any(getattr(self, f) != loaded.get(f, object()) for f in AHEAD_FIELDS)
 
     # -- schedule --------------------------------------------------------------------------
 
@@ -421,12 +484,15 @@ class JobDefinition(models.Model):
         # would mark slots as decided before the scheduler has seen them.
         now = now or database_now(router.db_for_write(JobDefinition))
         self.last_scheduled_at = now
+        self.next_run_at = self._next_due_after(now)
+
+    def _next_due_after(self, moment: datetime) -> datetime | None:
         try:
-            self.next_run_at = self.timing().next_due_after(self.schedule, now)
+            return self.timing().next_due_after(self.schedule, moment)
         except ScheduleError:
             # Unvalidated bad data (e.g. save() without full_clean()): keep it out of the
             # scheduler's due index instead of crashing the save; clean() reports the error.
-            self.next_run_at = None
+            return None
 
     def task_id_for(self, slot: datetime) -> str:
         return task_id_for(self.pk, slot)
@@ -562,6 +628,13 @@ class JobRun(models.Model):
 
     job = models.ForeignKey(JobDefinition, on_delete=models.CASCADE, related_name="runs")
     scheduled_for = models.DateTimeField(help_text="The slot (UTC).")
+    due_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When its message may be sent and the run started, no earlier (database time): "
+        "the slot plus the job's jitter. Runs the scheduler recorded ahead wait for it; empty "
+        "for runs an operator started.",
+    )
     status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.PENDING)
     task_id = models.CharField(max_length=255, unique=True)
     trigger = models.CharField(max_length=16, choices=RunTrigger.choices)

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta, timezone, tzinfo
 from typing import Any
 
 from django.db import connection
-from django.db.models import F, Window
+from django.db.models import F, Min, Window
 from django.db.models.functions import RowNumber
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
@@ -36,6 +36,7 @@ COLOURS: dict[str, str] = {
     RunStatus.SKIPPED: "#9e9e9e",
     RunStatus.CANCELLED: "#5d4037",
 }
+AHEAD_COLOUR = "#b0bec5"
 RECENT_RUNS = 20
 
 
@@ -90,6 +91,26 @@ def badge(status: str, why: str = "") -> SafeString:
     )
 
 
+def is_ahead(run: JobRun, now: datetime) -> bool:
+    """Recorded ahead of its time: pending, its due time still to come (it is not late)."""
+    return run.status == RunStatus.PENDING and run.due_at is not None and run.due_at > now
+
+
+def run_badge(run: JobRun, now: datetime) -> SafeString:
+    """:func:`badge`, but a run recorded ahead says so (and when it is due) instead of looking
+    like one waiting for the broker."""
+    if not is_ahead(run, now):
+        return badge(run.status, run.reason)
+    assert run.due_at is not None
+    due = run.due_at.astimezone(UTC)
+    return format_html(
+        '<span class="dcc-status" style="background:{};color:#263238;padding:1px 6px;'
+        'border-radius:8px;white-space:nowrap" title="{}">ahead</span>',
+        AHEAD_COLOUR,
+        f"recorded ahead of its time: its message is sent at {due:%Y-%m-%d %H:%M:%S} UTC",
+    )
+
+
 def duration_text(value: timedelta | None) -> str:
     if value is None:
         return "—"
@@ -105,17 +126,40 @@ def duration_text(value: timedelta | None) -> str:
     return f"{hours} h {minutes:02d} min"
 
 
-def recent_runs_by_job(job_ids: Sequence[int]) -> dict[int, list[dict[str, Any]]]:
-    """The last RECENT_RUNS runs of each job (newest first), in one query for a whole page."""
+def not_ahead(runs: Any, now: datetime) -> Any:
+    """``runs`` without those recorded ahead of their time (they have not happened yet)."""
+    return runs.exclude(status=RunStatus.PENDING, due_at__gt=now)
+
+
+def ahead_due_by_job(job_ids: Sequence[int], now: datetime) -> dict[int, datetime]:
+    """The earliest due time of each job's runs recorded ahead (its next run, already recorded:
+    ``next_run_at`` is then the instant after it), in one query."""
     if not job_ids:
         return {}
+    rows = (
+        JobRun.objects.filter(job_id__in=job_ids, status=RunStatus.PENDING, due_at__gt=now)
+        .values("job_id")
+        .annotate(first=Min("due_at"))
+        .order_by()
+    )
+    return {row["job_id"]: row["first"] for row in rows}
+
+
+def recent_runs_by_job(
+    job_ids: Sequence[int], now: datetime | None = None
+) -> dict[int, list[dict[str, Any]]]:
+    """The last RECENT_RUNS runs of each job (newest first), in one query for a whole page;
+    runs recorded ahead of their time are not among them."""
+    if not job_ids:
+        return {}
+    now = now or datetime.now(UTC)
     fields = ("job_id", "status", "duration", "scheduled_for")
     rows: Any
     if connection.features.supports_slicing_ordering_in_compound:
         # One "newest 20 of this job" index scan per job, glued with UNION ALL: its cost does not
         # grow with the size of the ledger (a window over every run of the page's jobs would).
         parts = [
-            JobRun.objects.filter(job_id=job_id)
+            not_ahead(JobRun.objects.filter(job_id=job_id), now)
             .order_by("-scheduled_for")
             .values(*fields)[:RECENT_RUNS]
             for job_id in job_ids
@@ -123,7 +167,7 @@ def recent_runs_by_job(job_ids: Sequence[int]) -> dict[int, list[dict[str, Any]]
         rows = parts[0].union(*parts[1:], all=True) if len(parts) > 1 else parts[0]
     else:  # SQLite: no LIMIT inside a compound query; a window does the same on small ledgers
         rows = (
-            JobRun.objects.filter(job_id__in=job_ids)
+            not_ahead(JobRun.objects.filter(job_id__in=job_ids), now)
             .annotate(
                 position=Window(
                     RowNumber(), partition_by=[F("job_id")], order_by=F("scheduled_for").desc()

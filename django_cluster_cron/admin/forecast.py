@@ -9,6 +9,7 @@ from typing import Any
 
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
+from django.db.models import Count, Q
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
@@ -17,7 +18,7 @@ from ..core.cron import CronSchedule
 from ..core.errors import ScheduleError
 from ..core.forecast import forecast
 from ..core.timing import SlotTiming
-from ..models import JobDefinition
+from ..models import JobDefinition, JobRun, RunStatus
 from .charts import forecast_chart
 from .display import UTC, moment
 
@@ -31,14 +32,17 @@ WINDOWS = {
 
 
 def _plans(
-    jobs: list[JobDefinition],
+    jobs: list[JobDefinition], ahead: dict[int, int]
 ) -> Iterator[tuple[str, CronSchedule, SlotTiming, int | None]]:
     for job in jobs:
         try:
             schedule = job.schedule
         except ScheduleError:  # a bad row is parked by the scheduler; it dispatches nothing
             continue
-        left = None if job.max_runs is None else max(job.max_runs - job.scheduled_runs, 0)
+        # Runs recorded ahead are counted by max_runs already, and dispatched yet to come.
+        left = job.max_runs
+        if left is not None:
+            left = max(left - job.scheduled_runs + ahead.get(job.pk, 0), 0)
         yield job.name, schedule, job.timing(), left
 
 
@@ -57,14 +61,24 @@ def forecast_view(model_admin: admin.ModelAdmin[Any], request: HttpRequest) -> H
         now.timestamp() // width.total_seconds() * width.total_seconds(), tz=UTC
     )
     end = start + span
-    # The due index answers this: jobs with a dispatch due before the window ends.
+    # The due index answers this: jobs with a dispatch due before the window ends, and those
+    # whose next run is recorded ahead (their next_run_at is the instant after it).
+    recorded_ahead = JobRun.objects.filter(status=RunStatus.PENDING, due_at__gt=now)
     candidates = list(
-        JobDefinition.objects.filter(enabled=True, next_run_at__lte=end).order_by("next_run_at")[
-            : FORECAST_JOBS + 1
-        ]
+        JobDefinition.objects.filter(enabled=True)
+        .filter(Q(next_run_at__lte=end) | Q(pk__in=recorded_ahead.values("job_id")))
+        .order_by("next_run_at")[: FORECAST_JOBS + 1]
     )
     more = len(candidates) > FORECAST_JOBS
-    found = forecast(_plans(candidates[:FORECAST_JOBS]), start, end, buckets, after=now)
+    drawn = candidates[:FORECAST_JOBS]
+    ahead = dict(
+        recorded_ahead.filter(job_id__in=[job.pk for job in drawn if job.max_runs is not None])
+        .values("job_id")
+        .annotate(n=Count("pk"))
+        .values_list("job_id", "n")
+        .order_by()
+    )
+    found = forecast(_plans(drawn, ahead), start, end, buckets, after=now)
     busiest = max(found.buckets, key=lambda bucket: bucket.count, default=None)
     context = {
         **model_admin.admin_site.each_context(request),

@@ -3,6 +3,7 @@ itself is in job_form.py, the operator actions and pages in job_actions.py."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, cast
 
 from django.contrib import admin
@@ -22,7 +23,9 @@ from ..models import JobDefinition, JobRun, RunStatus
 from .charts import run_timeline
 from .display import (
     RECENT_RUNS,
+    ahead_due_by_job,
     moment,
+    not_ahead,
     recent_runs_by_job,
     run_strip,
     success_rate,
@@ -48,7 +51,8 @@ class LastStatusFilter(admin.SimpleListFilter):
         value = self.value()
         if not value:
             return queryset
-        latest = JobRun.objects.filter(job=OuterRef("pk")).order_by("-scheduled_for")
+        latest = not_ahead(JobRun.objects.filter(job=OuterRef("pk")), timezone.now())
+        latest = latest.order_by("-scheduled_for")
         annotated = queryset.annotate(last_status=Subquery(latest.values("status")[:1]))
         return cast("QuerySet[Any]", annotated.filter(last_status=value))
 
@@ -71,9 +75,13 @@ class JobChangeList(ChangeList):
 
     def get_results(self, request: HttpRequest) -> None:
         super().get_results(request)
-        recent = recent_runs_by_job([job.pk for job in self.result_list])
+        ids = [job.pk for job in self.result_list]
+        now = timezone.now()
+        recent = recent_runs_by_job(ids, now)
+        ahead = ahead_due_by_job(ids, now)
         for job in self.result_list:
             job.recent_runs = recent.get(job.pk, [])
+            job.ahead_due = ahead.get(job.pk)
 
 
 @admin.register(JobDefinition)
@@ -258,11 +266,23 @@ class JobDefinitionAdmin(JobOperations):
 
     @admin.display(description="next run", ordering="next_run_at")
     def next_run(self, job: JobDefinition) -> SafeString | str:
-        return moment(job.next_run_at, zone_of(job))
+        return self._next_run(job, getattr(job, "ahead_due", None))
 
     @admin.display(description="next run at")
     def next_run_shown(self, job: JobDefinition) -> SafeString | str:
-        return moment(job.next_run_at, zone_of(job))
+        ahead = ahead_due_by_job([job.pk], timezone.now()) if job.pk else {}
+        return self._next_run(job, ahead.get(job.pk))
+
+    def _next_run(self, job: JobDefinition, ahead_due: datetime | None) -> SafeString | str:
+        """The next run: one recorded ahead of its time if there is one (``next_run_at`` is
+        then the instant after it), else ``next_run_at``."""
+        if ahead_due is None:
+            return moment(job.next_run_at, zone_of(job))
+        return format_html(
+            '{}<br><small class="dcc-rate" title="recorded ahead of its time; its message is '
+            'sent then">recorded</small>',
+            moment(ahead_due, zone_of(job)),
+        )
 
     @admin.display(description="last scheduled slot")
     def last_scheduled_shown(self, job: JobDefinition) -> SafeString | str:

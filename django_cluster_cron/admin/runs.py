@@ -19,7 +19,7 @@ from django.utils.safestring import SafeString
 from .. import operations
 from ..models import JobDefinition, JobRun
 from ..operations import OperationError
-from .display import badge, duration_text, moment, zone_of
+from .display import duration_text, moment, run_badge, zone_of
 
 COUNT_CAP = 10_000
 JOB_FILTER_CHOICES = 30
@@ -138,6 +138,7 @@ class JobRunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             "Timing",
             {
                 "fields": (
+                    "due",
                     "queued",
                     "started_full",
                     "heartbeat",
@@ -157,6 +158,7 @@ class JobRunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "trigger",
         "attempt",
         "task_id",
+        "due",
         "queued",
         "started_full",
         "heartbeat",
@@ -209,7 +211,7 @@ class JobRunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         attempt = f", attempt {run.attempt}" if run.attempt > 1 else ""
         return format_html(
             '{}<small class="dcc-rate">{}{}</small>',
-            badge(run.status, run.reason),
+            run_badge(run, timezone.now()),
             run.get_trigger_display(),
             attempt,
         )
@@ -251,7 +253,11 @@ class JobRunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     @admin.display(description="status", ordering="status")
     def status_badge(self, run: JobRun) -> SafeString:
-        return badge(run.status, run.reason)
+        return run_badge(run, timezone.now())
+
+    @admin.display(description="due (sent no earlier)")
+    def due(self, run: JobRun) -> SafeString | str:
+        return moment(run.due_at, zone_of(run.job))
 
     @admin.display(description="took", ordering="duration")
     def took(self, run: JobRun) -> str:

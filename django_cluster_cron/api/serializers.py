@@ -10,7 +10,7 @@ from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from ..models import MAX_JITTER, JobChange, JobDefinition, JobRun
+from ..models import MAX_JITTER, JobChange, JobDefinition, JobRun, RunStatus
 from ..validation import DEFINITION_FIELDS
 
 # Durations cross the API as seconds (a number), not Django's "HH:MM:SS" text.
@@ -25,6 +25,7 @@ JOB_FIELDS = (
     "scheduled_runs",
     "consecutive_failures",
     "finished",
+    "next_run",
     "next_run_at",
     "last_scheduled_at",
     "created_at",
@@ -110,8 +111,22 @@ class JobSerializer(ModelValidated):
         help_text="Why you make this change: kept in the job's history with your name.",
     )
 
+    next_run = serializers.SerializerMethodField(
+        help_text="When the job runs next: its run recorded ahead of its time if there is one "
+        "(next_run_at is then the instant after it), else next_run_at."
+    )
+
     def get_finished(self, job: JobDefinition) -> str:
         return job.finished_reason(timezone.now())
+
+    @extend_schema_field(
+        {"type": "string", "format": "date-time", "nullable": True, "readOnly": True}
+    )
+    def get_next_run(self, job: JobDefinition) -> str | None:
+        # The list and detail views annotate it (one subquery); a just-saved job asks.
+        ahead = job.ahead_due if hasattr(job, "ahead_due") else _ahead_due(job)
+        value = ahead or job.next_run_at
+        return None if value is None else serializers.DateTimeField().to_representation(value)
 
     args = serializers.JSONField(required=False, help_text="JSON list of positional arguments.")
     kwargs = serializers.JSONField(required=False, help_text="JSON object of keyword arguments.")
@@ -122,6 +137,15 @@ class JobSerializer(ModelValidated):
         read_only_fields = JOB_READ_ONLY
         # The live-name uniqueness is the model's clean() (a per-field "name" error).
         validators: ClassVar[list[Any]] = []
+
+
+def _ahead_due(job: JobDefinition) -> Any:
+    return (
+        JobRun.objects.filter(job_id=job.pk, status=RunStatus.PENDING, due_at__gt=timezone.now())
+        .order_by("due_at")
+        .values_list("due_at", flat=True)
+        .first()
+    )
 
 
 class RunSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
@@ -135,6 +159,7 @@ class RunSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
             "job",
             "job_name",
             "scheduled_for",
+            "due_at",
             "status",
             "trigger",
             "task_id",

@@ -11,7 +11,7 @@ import re
 from datetime import datetime, timedelta, timezone
 from typing import Any, ClassVar, cast
 
-from django.db.models import Q, QuerySet
+from django.db.models import OuterRef, Q, QuerySet, Subquery
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import mixins, permissions, status, viewsets
@@ -25,6 +25,7 @@ from rest_framework.views import APIView
 from .. import audit, operations
 from ..core.cron import CronSchedule
 from ..core.timing import SlotTiming
+from ..dbtime import DbNow
 from ..describe import describe
 from ..models import JobChange, JobDefinition, JobRun, RunStatus, RunTrigger
 from ..ops.health import cluster_health
@@ -158,7 +159,14 @@ class JobViewSet(Audited, viewsets.ModelViewSet):  # type: ignore[type-arg]
         return self.get_paginated_response(JobChangeSerializer(page, many=True).data)
 
     def get_queryset(self) -> QuerySet[JobDefinition]:
-        jobs = JobDefinition.all_objects.order_by("name", "id")
+        # The due time of a run recorded ahead, if any (the serializer's next_run): one
+        # subquery for the whole page.
+        ahead = JobRun.objects.filter(
+            job=OuterRef("pk"), status=RunStatus.PENDING, due_at__gt=DbNow()
+        ).order_by("due_at")
+        jobs = JobDefinition.all_objects.annotate(
+            ahead_due=Subquery(ahead.values("due_at")[:1])
+        ).order_by("name", "id")
         params = self.request.query_params
         if self.action == "list":
             deleted = _flag(params.get("deleted"), "deleted")

@@ -81,6 +81,11 @@ def parse_policy(value: object) -> CatchupPolicy:
 class PlannedRun:
     slot: datetime
     trigger: Trigger
+    due: datetime | None = None  # the slot plus its jitter; None: the slot itself
+
+    @property
+    def due_at(self) -> datetime:
+        return self.slot if self.due is None else self.due
 
 
 @dataclass(frozen=True)
@@ -124,7 +129,9 @@ def plan_slots(
     time, so a jittered slot is on time when it is dispatched at its due time.
     """
     if now <= last_scheduled_at:
-        return SlotPlan((), (), None, last_scheduled_at, timing.next_due_after(schedule, now))
+        # Every slot due by the watermark is decided (it may lie ahead of now: recorded ahead).
+        next_due = timing.next_due_after(schedule, last_scheduled_at)
+        return SlotPlan((), (), None, last_scheduled_at, next_due)
 
     window_start = now - rules.window
     lower = max(last_scheduled_at, window_start)
@@ -188,7 +195,7 @@ def plan_slots(
             unrecorded = UnrecordedMisses(unrecorded.after, excess[-1], count)
 
     runs = tuple(
-        PlannedRun(slot, Trigger.SCHEDULE if now - due <= rules.grace else Trigger.CATCHUP)
+        PlannedRun(slot, Trigger.SCHEDULE if now - due <= rules.grace else Trigger.CATCHUP, due)
         for slot, due in to_run
     )
     return SlotPlan(runs, tuple(missed), unrecorded, now, next_run_at)

@@ -117,6 +117,11 @@ class Metrics:
             "Age of the oldest run recorded but not yet taken by a worker (0 if none).",
             multiprocess_mode="livemax",
         )
+        self.armed = Gauge(
+            "cluster_cron_runs_recorded_ahead",
+            "Runs the leader recorded ahead of their time and holds prepared for their instant.",
+            multiprocess_mode="livemax",
+        )
         self.clock_offset = Gauge(
             "cluster_cron_clock_offset_seconds",
             "This host's clock minus the database server's, as the scheduler last measured it.",

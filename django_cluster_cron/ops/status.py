@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, Q
+from django.db.models import Count, Min, Q
 
 from ..conf import app_settings
 from ..dbtime import database_now
@@ -69,6 +69,9 @@ class ClusterStatus:
     nodes: list[dict[str, Any]] = field(default_factory=list)
     runs_last_hour: dict[str, int] = field(default_factory=dict)
     stuck: list[JobRun] = field(default_factory=list)
+    # Runs recorded ahead of their time (not due yet), and the first of their due times.
+    ahead: int = 0
+    ahead_next: datetime | None = None
     locks: list[HeldLock] = field(default_factory=list)
     backend: str = ""
     # The lease backend could not be read (Redis or the database down): what was said.
@@ -112,6 +115,10 @@ def cluster_status(now: datetime | None = None, *, runs: bool = True) -> Cluster
             .order_by()
         )
         status.stuck = list(stuck_runs(now)[:20])
+        recorded = JobRun.objects.filter(status=RunStatus.PENDING, due_at__gt=now).aggregate(
+            n=Count("pk"), first=Min("due_at")
+        )
+        status.ahead, status.ahead_next = recorded["n"] or 0, recorded["first"]
     backend = get_backend()
     status.backend = backend.name
     try:
@@ -127,13 +134,15 @@ def cluster_status(now: datetime | None = None, *, runs: bool = True) -> Cluster
 
 
 def stuck_runs(now: datetime) -> Any:
-    """Runs waiting too long for a worker, or running without a recent heartbeat."""
+    """Runs waiting too long for a worker (counted from their due time: a run recorded ahead
+    waits for it), or running without a recent heartbeat."""
     waiting_limit = now - 2 * app_settings.OUTBOX_REPUBLISH_AFTER
     silent_limit = now - app_settings.RUN_LOST_AFTER
+    waited = Q(due_at__lt=waiting_limit) | Q(due_at__isnull=True, created_at__lt=waiting_limit)
     return (
         JobRun.objects.select_related("job")
         .filter(
-            Q(status__in=[RunStatus.PENDING, RunStatus.QUEUED], created_at__lt=waiting_limit)
+            (Q(status__in=[RunStatus.PENDING, RunStatus.QUEUED]) & waited)
             | Q(status=RunStatus.RUNNING, heartbeat_at__lt=silent_limit)
         )
         .order_by("scheduled_for")

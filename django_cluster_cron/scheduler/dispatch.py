@@ -33,6 +33,8 @@ from typing import Any, cast
 from celery import Celery
 from celery.utils.saferepr import saferepr
 
+from . import prepared
+from .prepared import PreparedGroup
 from .store import OutboxMessage
 
 logger = logging.getLogger("django_cluster_cron.scheduler")
@@ -81,6 +83,29 @@ class CeleryDispatcher:
         if batch is None:
             return None
         return cast(AbstractContextManager[Any], batch(max_size=size))
+
+    def prepare(self, messages: Sequence[OutboxMessage]) -> list[PreparedGroup]:
+        """Build the messages of runs recorded ahead, to send at their instant (see
+        :mod:`~django_cluster_cron.scheduler.prepared`); nothing reaches the broker."""
+        return prepared.prepare(self.app, messages, fast=self.pipeline)
+
+    def send_prepared(self, groups: Sequence[PreparedGroup], keep: set[int]) -> list[int]:
+        """Send the prepared messages whose run is in ``keep``; return the runs sent.
+
+        Raises :class:`~django_cluster_cron.scheduler.prepared.SendFailed` (with the runs sent
+        before the failure) when the broker fails.
+        """
+        sent = prepared.push(self.app, [g for g in groups if g.messages is None], keep)
+        ordinary = [m for g in groups if g.messages for m in g.messages if m.run_id in keep]
+        if ordinary:
+            by_task = {m.task_id: m.run_id for m in ordinary}
+            try:
+                published = self.publish(ordinary)
+            except PublishFailed as exc:
+                sent += [by_task[task_id] for task_id in exc.published]
+                raise prepared.SendFailed(sent, exc.cause) from exc
+            sent += [by_task[task_id] for task_id in published]
+        return sent
 
     def publish(self, messages: Sequence[OutboxMessage]) -> list[str]:
         """Publish in order; return the task ids that reached the broker.

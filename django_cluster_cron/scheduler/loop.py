@@ -29,13 +29,19 @@ from ..conf import NODE_ID_ENV, app_settings
 from ..core.clock import OffsetClock, SkewChange, format_offset
 from ..leases import LEADER, Lease, LeaseBackend, LeaseUnavailable, get_backend
 from ..ops import metrics
+from .armed import Armed
 from .dispatch import PublishFailed
+from .prepared import PreparedGroup, SendFailed
 from .store import FencedOut, OutboxMessage, RunStore
 
 logger = logging.getLogger("django_cluster_cron.scheduler")
 
 BACKOFF_START = 0.5
 BACKOFF_MAX = 10.0
+# Runs recorded ahead are checked and sent in slices of about this many at their instant.
+SEND_SLICE = 10_000
+# A first guess of how long recording one batch takes, until one has been measured.
+BATCH_SECONDS_GUESS = 0.05
 # A standby reads the database's clock this often (a leader does in every idle tick), so that it
 # knows its offset before it leads and the cluster page shows it.
 STANDBY_CLOCK_CHECK = 30.0
@@ -48,6 +54,10 @@ def default_node_id() -> str:
 
 class Dispatcher(Protocol):
     def publish(self, messages: list[OutboxMessage]) -> list[str]: ...
+
+    def prepare(self, messages: list[OutboxMessage]) -> list[PreparedGroup]: ...
+
+    def send_prepared(self, groups: list[PreparedGroup], keep: set[int]) -> list[int]: ...
 
 
 class Sleeper(Protocol):
@@ -109,6 +119,7 @@ class Scheduler:
         batch_size: int | None = None,
         stop: threading.Event | None = None,
         backend: LeaseBackend | None = None,
+        lookahead: timedelta | None = None,
     ) -> None:
         self.node_id = node_id
         self.lease = lease
@@ -125,6 +136,11 @@ class Scheduler:
         self.renew_interval = renew_interval or min(app_settings.RENEW_INTERVAL, lease.ttl / 3)
         self.poll_interval = poll_interval or app_settings.POLL_INTERVAL
         self.batch_size = batch_size or app_settings.BATCH_SIZE
+        # Record runs this far before they are due, holding at most this many prepared.
+        self.lookahead = app_settings.LOOKAHEAD if lookahead is None else lookahead
+        self.lookahead_runs = app_settings.LOOKAHEAD_RUNS
+        self.armed = Armed()
+        self._batch_seconds = BATCH_SECONDS_GUESS
         self.republish_after = app_settings.OUTBOX_REPUBLISH_AFTER
         self.lost_after = app_settings.RUN_LOST_AFTER
         self.sweep_interval = min(self.republish_after, self.lost_after).total_seconds() / 2
@@ -134,6 +150,7 @@ class Scheduler:
         self._renew_at = 0.0
         self._lease_valid_until = 0.0
         self._sweep_at = 0.0
+        self._taking_over = False
         self._reported_invalid: set[int] = set()
         self._reported_at = 0.0
         self._clock_checked_at = 0.0
@@ -167,8 +184,10 @@ class Scheduler:
     def run_once(self) -> bool:
         """One tick for cron-style use: lead if possible, dispatch what is due, step down.
 
-        Returns whether this node led (False: another node holds the lease).
+        Returns whether this node led (False: another node holds the lease). Nothing is
+        recorded ahead: this process will not be there at the instant.
         """
+        self.lookahead = timedelta(0)
         try:
             self.step()
             return self.is_leader
@@ -226,6 +245,9 @@ class Scheduler:
         if time.monotonic() >= self._renew_at and not self._renew():
             return 0.0
         try:
+            if self._taking_over:
+                self._take_over()
+            self._send_armed()
             # The idle path is this one query, whatever the number of jobs: the epoch, the
             # database's clock and the earliest next run (an indexed MIN).
             sent = self._host_now()
@@ -236,7 +258,7 @@ class Scheduler:
                 raise FencedOut(self.epoch or 0)
             self.last_tick = self.clock()
             next_due = state.next_due
-            if next_due is not None and next_due <= self.clock():
+            if next_due is not None and next_due <= self._horizon(self.clock()):
                 self._dispatch_due()
                 next_due = self.store.next_due_at()
             if time.monotonic() >= self._sweep_at:
@@ -343,6 +365,7 @@ class Scheduler:
         if epoch is None:  # the row changed hands between the two statements: not ours
             return self.poll_interval
         self.epoch = epoch
+        self._taking_over = True
         self._lease_valid_until = started + self.lease.ttl
         self._renew_at = started + self.renew_interval
         self._sweep_at = 0.0
@@ -373,6 +396,7 @@ class Scheduler:
     def _step_down(self, reason: str) -> None:
         logger.warning("lease.lost node=%s epoch=%s reason=%s", self.node_id, self.epoch, reason)
         self.epoch = None
+        self.armed.clear()  # the rows stay: the next leader takes them over
         self._show_role()
 
     def _show_role(self) -> None:
@@ -382,6 +406,7 @@ class Scheduler:
 
     def _release(self, reason: str) -> None:
         epoch, self.epoch = self.epoch, None
+        self.armed.clear()
         self._show_role()
         released = self._quiet_release()
         if released:
@@ -407,23 +432,132 @@ class Scheduler:
 
     # -- work ------------------------------------------------------------------------------
 
+    def _horizon(self, now: datetime) -> datetime:
+        """How far ahead this pass records: the look-ahead while its run budget has room and
+        no instant already prepared comes due before a batch could be recorded."""
+        if self.lookahead <= timedelta(0) or self.armed.count >= self.lookahead_runs:
+            return now
+        earliest = self.armed.earliest()
+        if earliest is not None and (earliest - now).total_seconds() < self._batch_seconds:
+            return now
+        return now + self.lookahead
+
     def _dispatch_due(self) -> None:
+        """Record and publish what is due, and record ahead up to the horizon, batch by batch;
+        an instant prepared earlier that comes due meanwhile is sent between two batches."""
         while self.is_leader and not self.stop.is_set():
             if not self._lease_is_fresh() and not self._renew():
                 return
             assert self.epoch is not None
+            self._send_armed()
             now = self.clock()
+            horizon = self._horizon(now)
+            limit = self.batch_size
+            if horizon > now:
+                limit = min(limit, self.lookahead_runs - self.armed.count)
+            started = time.monotonic()
             batch = self.store.schedule_due(
-                now=now, epoch=self.epoch, node_id=self.node_id, limit=self.batch_size
+                now=now, epoch=self.epoch, node_id=self.node_id, limit=limit, horizon=horizon
             )
+            if batch.jobs:
+                took = (time.monotonic() - started) * self.batch_size / batch.jobs
+                self._batch_seconds = 0.7 * self._batch_seconds + 0.3 * took
             self._report_invalid(batch.invalid)
             _fault_point("after_record")
             if batch.missed or batch.skipped:
                 logger.info("runs.recorded missed=%s skipped=%s", batch.missed, batch.skipped)
             self._count_slots(batch)
             self._publish(batch.messages)
-            if batch.jobs < self.batch_size:
+            self._arm(batch.ahead)
+            if batch.jobs < limit:
                 return
+
+    def _arm(self, messages: list[OutboxMessage]) -> None:
+        """Build the messages of runs recorded ahead and keep them for their instant."""
+        if messages and self.epoch is not None:
+            self.armed.add(self.dispatcher.prepare(messages))
+            metrics.get().armed.set(self.armed.count)
+
+    def _send_armed(self) -> None:
+        """Send the prepared messages that are due, after checking their runs are still there
+        to be sent (not withdrawn, cancelled, or sent by another leader)."""
+        while self.armed and self.epoch is not None:
+            groups = self.armed.take_due(self.clock(), SEND_SLICE)
+            if not groups:
+                return
+            if not self._lease_is_fresh() and not self._renew():
+                return
+            run_ids = [run_id for group in groups for run_id in group.run_ids]
+            try:
+                keep = self.store.unpublished(run_ids)
+            except DatabaseError:
+                self.armed.add(groups)  # unchecked: not sent; tried again once it is back
+                raise
+            try:
+                sent = self.dispatcher.send_prepared(groups, keep)
+            except SendFailed as exc:  # the rest stay pending: the outbox sends them later
+                self.health.down("broker", exc.cause)
+                sent = exc.sent
+                metrics.get().publish_failures.inc(len(keep) - len(sent))
+            else:
+                self.health.up("broker")
+            metrics.get().armed.set(self.armed.count)
+            if len(keep) < len(run_ids):
+                logger.info("runs.withdrawn_before_sending count=%s", len(run_ids) - len(keep))
+            self._sent_prepared(groups, set(sent))
+            assert self.epoch is not None
+            self.store.mark_published_ids(
+                sent, now=self.clock(), epoch=self.epoch, node_id=self.node_id
+            )
+
+    def _sent_prepared(self, groups: list[PreparedGroup], sent: set[int]) -> None:
+        """Lateness and the dispatch log lines of prepared messages that were sent."""
+        now = self.clock()
+        lags = [
+            (now - group.due).total_seconds()
+            for group in groups
+            for run_id in group.run_ids
+            if run_id in sent
+        ]
+        if lags:
+            self.last_lag = max(lags)
+            metrics.observe_each(metrics.get().publish_latency, lags)
+        if not logger.isEnabledFor(logging.INFO):
+            return
+        for group in groups:
+            for index, run_id in enumerate(group.run_ids):
+                if run_id in sent:
+                    logger.info(
+                        "run.dispatched job=%s slot=%s task_id=%s trigger=schedule epoch=%s "
+                        "ahead=1",
+                        group.job_ids[index],
+                        group.slot(index).isoformat(),
+                        group.task_id(index),
+                        self.epoch,
+                    )
+
+    def _take_over(self) -> None:
+        """A new leader takes over runs recorded and never published: its predecessor's runs
+        recorded ahead, or runs recorded just before a crash. Due ones are published now, the
+        others prepared for their instant (up to the run budget; the outbox sweep covers the
+        rest)."""
+        self._taking_over = False
+        after: tuple[datetime, int] | None = None
+        adopted = 0
+        budget = max(self.lookahead_runs, self.batch_size)
+        while self.is_leader and adopted < budget:
+            messages = self.store.unpublished_runs(after=after, limit=self.batch_size)
+            if not messages:
+                break
+            adopted += len(messages)
+            after = (messages[-1].scheduled_for, messages[-1].run_id)
+            now = self.clock()
+            self._publish([m for m in messages if m.due <= now])
+            self._arm([m for m in messages if m.due > now])
+            if len(messages) < self.batch_size:
+                break
+        if adopted:
+            logger.warning("runs.taken_over node=%s count=%s", self.node_id, adopted)
 
     def _count_slots(self, batch: Any) -> None:
         slots = metrics.get().slots
@@ -490,7 +624,7 @@ class Scheduler:
         on_time = [m for m in messages if m.task_id in sent_ids and m.trigger == "schedule"]
         if on_time:
             now = self.clock()
-            lags = [(now - m.scheduled_for).total_seconds() for m in on_time]
+            lags = [(now - m.due).total_seconds() for m in on_time]
             self.last_lag = max(lags)
             metrics.observe_each(metrics.get().publish_latency, lags)
         if logger.isEnabledFor(logging.INFO):  # a burst: thousands of lines nobody may log
@@ -506,7 +640,7 @@ class Scheduler:
                     )
         _fault_point("after_publish")
         sent = [m for m in messages if m.task_id in sent_ids]
-        self.store.mark_published(sent, epoch=self.epoch, now=self.clock())
+        self.store.mark_published(sent, epoch=self.epoch, now=self.clock(), node_id=self.node_id)
 
     def _report_invalid(self, invalid: list[tuple[int, str]]) -> None:
         for job_id, error in invalid:
@@ -515,10 +649,22 @@ class Scheduler:
                 logger.error("job.invalid job=%s parked until fixed: %s", job_id, error)
 
     def _sleep_for(self, next_due: datetime | None) -> float:
+        """Until the next renewal or sweep, the next prepared instant, or the moment the next
+        job's due time enters the look-ahead (its due time itself when there is no room to
+        record ahead, or an instant prepared earlier has to go first)."""
         now_mono = time.monotonic()
         delay = min(self._renew_at - now_mono, self._sweep_at - now_mono)
+        now = self.clock()
+        earliest = self.armed.earliest()
+        if earliest is not None:
+            delay = min(delay, (earliest - now).total_seconds())
         if next_due is not None:
-            delay = min(delay, (next_due - self.clock()).total_seconds())
+            wake = next_due - (self._horizon(now) - now)
+            if wake <= now:
+                # Due within the look-ahead yet not recorded: a job whose overlap policy decides
+                # at its instant. Look again before then, for jobs entering the look-ahead.
+                wake = min(next_due, now + max(self.lookahead / 4, timedelta(seconds=1)))
+            delay = min(delay, (wake - now).total_seconds())
         return max(0.0, delay)
 
 

@@ -20,13 +20,14 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from django.db import connections, router, transaction
 from django.db.models import (
     Case,
     DateTimeField,
     F,
+    Field,
     Func,
     Min,
     Q,
@@ -37,6 +38,7 @@ from django.db.models import (
 )
 
 from ..conf import app_settings
+from ..core.ahead import AheadPlan, plan_ahead
 from ..core.catchup import CatchupPolicy, SlotPlan, plan_slots
 from ..core.overlap import OverlapPolicy, overlap_refusal
 from ..core.slots import task_id_for
@@ -59,7 +61,11 @@ REPUBLISH_BACKOFF_DOUBLINGS = 4
 # Above this many distinct (watermark, next run) pairs in a batch, one bulk_update beats
 # one UPDATE per pair.
 GROUPED_UPDATE_LIMIT = 8
+# Run ids per statement when checking or marking runs recorded ahead (a burst holds 100,000).
+CHECK_CHUNK = 5000
+MARK_CHUNK = 5000
 WAITING_STATUSES = (RunStatus.PENDING, RunStatus.QUEUED, RunStatus.RETRYING)
+ALLOW = OverlapPolicy.ALLOW.value
 
 
 class IdleState(NamedTuple):
@@ -95,6 +101,12 @@ class OutboxMessage:
     time_limit: int | None = None
     eta: datetime | None = None
     publish_count: int = 0
+    due_at: datetime | None = None  # not to be sent before (the slot plus its jitter)
+
+    @property
+    def due(self) -> datetime:
+        """When it is due: its ``due_at``, else its slot."""
+        return self.scheduled_for if self.due_at is None else self.due_at
 
     @classmethod
     def for_run(cls, run: JobRun, eta: datetime | None = None) -> OutboxMessage:
@@ -108,6 +120,7 @@ class OutboxMessage:
             trigger=run.trigger,
             publish_count=run.publish_count,
             eta=eta,
+            due_at=run.due_at,
         )
 
     @classmethod
@@ -123,6 +136,7 @@ class OutboxMessage:
         trigger: str,
         publish_count: int,
         eta: datetime | None = None,
+        due_at: datetime | None = None,
     ) -> OutboxMessage:
         """The message of a run of ``job`` given by its fields (no JobRun instance needed)."""
         return cls(
@@ -140,6 +154,7 @@ class OutboxMessage:
             time_limit=job.time_limit,
             eta=eta,
             publish_count=publish_count,
+            due_at=due_at,
         )
 
 
@@ -152,7 +167,8 @@ class LostRun:
 
 @dataclass
 class BatchResult:
-    messages: list[OutboxMessage] = field(default_factory=list)
+    messages: list[OutboxMessage] = field(default_factory=list)  # due: publish now
+    ahead: list[OutboxMessage] = field(default_factory=list)  # recorded ahead of their time
     jobs: int = 0
     missed: int = 0
     skipped: int = 0
@@ -221,6 +237,7 @@ class RunRow(NamedTuple):
 
     job_id: int
     scheduled_for: datetime
+    due_at: datetime | None
     task_id: str
     trigger: str
     status: str
@@ -232,10 +249,15 @@ ROW_FIELDS = RunRow._fields
 
 
 def run_row(
-    job: JobDefinition, slot: datetime, trigger: str, status: str, reason: str = ""
+    job: JobDefinition,
+    slot: datetime,
+    trigger: str,
+    status: str,
+    reason: str = "",
+    due: datetime | None = None,
 ) -> RunRow:
     """The row :func:`new_run` would build, without a model instance (a batch builds 10,000)."""
-    return RunRow(job.pk, slot, task_id_for(job.pk, slot), trigger, status, reason[:255])
+    return RunRow(job.pk, slot, due, task_id_for(job.pk, slot), trigger, status, reason[:255])
 
 
 def missed_reason(policy: str) -> str:
@@ -250,6 +272,21 @@ def missed_reason(policy: str) -> str:
         grace = app_settings.ON_TIME_GRACE.total_seconds()
         return f"{late}; catch-up 'none' runs only slots under {grace:g} s late"
     return f"{late}; catch-up policy '{policy}'"
+
+
+def withdraw_recorded_ahead(job_id: int, *, after: datetime, using: str | None = None) -> int:
+    """Delete ``job_id``'s runs recorded ahead and due after ``after``, never published; return
+    how many. The job was paused, deleted, re-timed or re-routed before their time: they were
+    never due under its new definition, and the leader checks that a run it recorded ahead is
+    still there right before it publishes it.
+    """
+    runs = JobRun.objects.using(using) if using else JobRun.objects
+    deleted, _ = runs.filter(
+        job_id=job_id, status=RunStatus.PENDING, publish_count=0, due_at__gt=after
+    ).delete()
+    if deleted:
+        logger.info("runs.withdrawn job=%s count=%s after=%s", job_id, deleted, after.isoformat())
+    return int(deleted)
 
 
 def _advance(jobs: Sequence[JobDefinition]) -> None:
@@ -274,6 +311,41 @@ def _advance(jobs: Sequence[JobDefinition]) -> None:
         if count is not None:
             values["scheduled_runs"] = count
         JobDefinition.all_objects.filter(pk__in=ids).update(**values)
+
+
+class _Dispatcher(NamedTuple):
+    node_id: str | None
+    epoch: int
+
+
+def _mark_queued(
+    run_ids: Sequence[int],
+    count: int,
+    republish_at: datetime,
+    now: datetime,
+    by: _Dispatcher | None = None,
+) -> None:
+    """One UPDATE: ``pending`` becomes ``queued`` (and names the leader that sent it, ``by``) in
+    the same statement that sets the re-publish bookkeeping, so each row is written once. The
+    CASEs come before ``status``: MySQL and MariaDB evaluate SET left to right, each assignment
+    seeing the ones before it, and they must read the old status."""
+    pending = Q(status=RunStatus.PENDING)
+
+    def first(field: str, value: object) -> Case:
+        output = cast("Field[Any, Any]", JobRun._meta.get_field(field))
+        return Case(When(pending, then=Value(value)), default=F(field), output_field=output)
+
+    fields: dict[str, Any] = {"queued_at": first("queued_at", now)}
+    if by is not None:
+        fields["epoch"] = first("epoch", by.epoch)
+        if by.node_id:
+            fields["dispatched_by"] = first("dispatched_by", by.node_id)
+    JobRun.objects.filter(pk__in=run_ids, status__in=WAITING_STATUSES).update(
+        **fields,
+        status=first("status", RunStatus.QUEUED),
+        publish_count=count + 1,
+        republish_at=republish_at,
+    )
 
 
 def _idle_query() -> Any:
@@ -374,6 +446,7 @@ class RunStore:
         index seek per status on (status, scheduled_for)."""
         slots = [
             JobRun.objects.filter(status=status, scheduled_for__lte=now)
+            .exclude(due_at__gt=now)  # recorded ahead (or jittered) and not due yet
             .order_by("scheduled_for")
             .values_list("scheduled_for", flat=True)
             .first()
@@ -390,17 +463,28 @@ class RunStore:
 
     # -- planning and recording ------------------------------------------------------------
 
-    def schedule_due(self, *, now: datetime, epoch: int, node_id: str, limit: int) -> BatchResult:
+    def schedule_due(
+        self,
+        *,
+        now: datetime,
+        epoch: int,
+        node_id: str,
+        limit: int,
+        horizon: datetime | None = None,
+    ) -> BatchResult:
         """Plan and record one batch of due jobs under ``epoch``; return what to publish.
 
         One fenced transaction: lock the batch's job rows, plan each with the pure core, apply
         the overlap policy, insert every run/missed/skipped row in one statement (a row that
         already exists is left alone), advance the jobs' bookkeeping, and read back the pending
-        runs this epoch recorded.
+        runs this epoch recorded. With a ``horizon`` after ``now``, jobs whose overlap policy is
+        ``allow`` also get their next instant due by the horizon recorded ahead
+        (``result.ahead``, each with its ``due_at``); other policies decide at the instant.
         """
         result = BatchResult()
+        ahead_until = horizon if horizon is not None and horizon > now else None
         with self.fenced(epoch, now):
-            jobs = list(JobDefinition.objects.due(now).select_for_update()[:limit])
+            jobs = list(JobDefinition.objects.due_by(now, ahead_until).select_for_update()[:limit])
             if not jobs:
                 return result
             activity = self._activity(
@@ -409,7 +493,7 @@ class RunStore:
             rows: list[RunRow] = []
             advanced: list[JobDefinition] = []
             # Jobs due together mostly share a cron and a watermark: plan each distinct one once.
-            plans: dict[tuple[object, ...], SlotPlan] = {}
+            plans: dict[tuple[object, ...], tuple[SlotPlan, AheadPlan | None]] = {}
             for job in jobs:
                 problem = job.runtime_problem()
                 if problem is not None:
@@ -424,15 +508,23 @@ class RunStore:
                     job.catchup_rules(),
                     job.timing(),
                 )
-                key = (job.cron, job.timezone, last, rules, timing)
-                plan = plans.get(key)
-                if plan is None:
-                    plan = plans[key] = plan_slots(
-                        job.schedule, last_scheduled_at=last, now=now, rules=rules, timing=timing
+                may_lead = ahead_until is not None and job.overlap_policy == ALLOW
+                key = (job.cron, job.timezone, last, rules, timing, may_lead)
+                planned = plans.get(key)
+                if planned is None:
+                    schedule = job.schedule
+                    plan = plan_slots(
+                        schedule, last_scheduled_at=last, now=now, rules=rules, timing=timing
                     )
-                rows.extend(self._rows_for(job, plan, activity, result))
-                job.last_scheduled_at = plan.watermark
-                job.next_run_at = None if job.runs_exhausted else plan.next_run_at
+                    ahead = None
+                    if may_lead and ahead_until is not None:
+                        ahead = plan_ahead(schedule, plan=plan, horizon=ahead_until, timing=timing)
+                    planned = plans[key] = (plan, ahead)
+                plan, ahead = planned
+                rows.extend(self._rows_for(job, plan, ahead, activity, result))
+                job.last_scheduled_at = ahead.watermark if ahead else plan.watermark
+                next_run_at = ahead.next_run_at if ahead else plan.next_run_at
+                job.next_run_at = None if job.runs_exhausted else next_run_at
                 advanced.append(job)
             result.jobs = len(jobs)
             insert_ignoring_conflicts(
@@ -441,7 +533,11 @@ class RunStore:
             _advance(advanced)
             pending_ids = [r.task_id for r in rows if r.status == RunStatus.PENDING]
             if pending_ids:
-                result.messages = self._recorded(pending_ids, epoch, jobs)
+                for message in self._recorded(pending_ids, epoch, jobs):
+                    if message.due_at is not None and message.due_at > now:
+                        result.ahead.append(message)
+                    else:
+                        result.messages.append(message)
         return result
 
     def _recorded(
@@ -466,6 +562,7 @@ class RunStore:
                 "epoch",
                 "trigger",
                 "publish_count",
+                "due_at",
             )
         )
         return [
@@ -478,8 +575,9 @@ class RunStore:
                 epoch=run_epoch,
                 trigger=trigger,
                 publish_count=count,
+                due_at=due_at,
             )
-            for pk, task_id, job_id, slot, attempt, run_epoch, trigger, count in recorded
+            for pk, task_id, job_id, slot, attempt, run_epoch, trigger, count, due_at in recorded
         ]
 
     def _activity(self, job_ids: Sequence[int]) -> dict[int, Counter[str]]:
@@ -498,12 +596,13 @@ class RunStore:
         self,
         job: JobDefinition,
         plan: SlotPlan,
+        ahead: AheadPlan | None,
         activity: dict[int, Counter[str]],
         result: BatchResult,
     ) -> list[RunRow]:
         rows: list[RunRow] = []
         counts = activity.setdefault(job.pk, Counter())
-        for planned in plan.runs:
+        for planned in (*plan.runs, *(ahead.runs if ahead else ())):
             if job.runs_exhausted:
                 # Slots after the last allowed run are not the job's any more (it finished).
                 logger.info(
@@ -514,13 +613,12 @@ class RunStore:
                 )
                 break
             refusal = overlap_refusal_for(job, counts)
+            trigger, due = planned.trigger.value, planned.due_at
             if refusal:
                 result.skipped += 1
-                rows.append(
-                    run_row(job, planned.slot, planned.trigger.value, RunStatus.SKIPPED, refusal)
-                )
+                rows.append(run_row(job, planned.slot, trigger, RunStatus.SKIPPED, refusal, due))
             else:
-                rows.append(run_row(job, planned.slot, planned.trigger.value, RunStatus.PENDING))
+                rows.append(run_row(job, planned.slot, trigger, RunStatus.PENDING, due=due))
                 if job.max_runs is not None:
                     job.scheduled_runs += 1
         reason = missed_reason(job.catchup_policy)
@@ -548,11 +646,18 @@ class RunStore:
     # -- the outbox ------------------------------------------------------------------------
 
     def mark_published(
-        self, messages: Sequence[OutboxMessage], *, now: datetime, epoch: int | None = None
+        self,
+        messages: Sequence[OutboxMessage],
+        *,
+        now: datetime,
+        epoch: int | None = None,
+        node_id: str | None = None,
     ) -> None:
         """Record that these messages reached the broker.
 
-        ``pending`` runs become ``queued``. Every run gets ``publish_count + 1`` and a
+        ``pending`` runs become ``queued``; a leader (``epoch``, ``node_id``) that sends a run
+        the first time writes itself as the run's dispatcher — it may have been recorded by
+        its predecessor, ahead of its time. Every run gets ``publish_count + 1`` and a
         ``republish_at``: if no worker has started it by then, the leader's sweep sends it again
         — a broker that lost its queue (a Redis restart without persistence) cannot strand a run.
         The wait is ``OUTBOX_REPUBLISH_AFTER`` doubled with each copy up to 16 times that (and
@@ -566,40 +671,85 @@ class RunStore:
                 self._mark_published(messages, now)
         else:
             with self.fenced(epoch, now):
-                self._mark_published(messages, now)
+                self._mark_published(messages, now, _Dispatcher(node_id, epoch))
 
-    def _mark_published(self, messages: Sequence[OutboxMessage], now: datetime) -> None:
+    def _mark_published(
+        self, messages: Sequence[OutboxMessage], now: datetime, by: _Dispatcher | None = None
+    ) -> None:
         base = app_settings.OUTBOX_REPUBLISH_AFTER
-        groups: dict[tuple[int, datetime], list[str]] = {}
+        groups: dict[tuple[int, datetime], list[int]] = {}
         for message in messages:
             start = max(now, message.eta) if message.eta else now
             due = start + base * 2 ** min(message.publish_count, REPUBLISH_BACKOFF_DOUBLINGS)
-            groups.setdefault((message.publish_count, due), []).append(message.task_id)
-        # One UPDATE per group (a burst is one group): ``pending`` becomes ``queued`` in the same
-        # statement that sets the re-publish bookkeeping, so each row is written once.
-        # ``queued_at`` comes before ``status``: MySQL/MariaDB evaluate SET left to right, each
-        # assignment seeing the ones before it, and its CASE must read the old status.
-        pending = Q(status=RunStatus.PENDING)
-        for (count, due), task_ids in groups.items():
-            JobRun.objects.filter(task_id__in=task_ids, status__in=WAITING_STATUSES).update(
-                queued_at=Case(When(pending, then=Value(now)), default=F("queued_at")),
-                status=Case(When(pending, then=Value(RunStatus.QUEUED)), default=F("status")),
-                publish_count=count + 1,
-                republish_at=due,
-            )
+            groups.setdefault((message.publish_count, due), []).append(message.run_id)
+        # One UPDATE per group (a burst is one group).
+        for (count, due), run_ids in groups.items():
+            _mark_queued(run_ids, count, due, now, by)
+
+    def mark_published_ids(
+        self, run_ids: Sequence[int], *, now: datetime, epoch: int, node_id: str
+    ) -> None:
+        """:meth:`mark_published` for runs published the first time, given by their ids (the
+        runs recorded ahead, whose messages the leader keeps in a compact form)."""
+        if not run_ids:
+            return
+        due = now + app_settings.OUTBOX_REPUBLISH_AFTER
+        by = _Dispatcher(node_id, epoch)
+        with self.fenced(epoch, now):
+            for start in range(0, len(run_ids), MARK_CHUNK):
+                _mark_queued(run_ids[start : start + MARK_CHUNK], 0, due, now, by)
+
+    def unpublished(self, run_ids: Sequence[int]) -> set[int]:
+        """Which of these runs are still ``pending`` and never published: checked right before
+        publishing runs recorded ahead (a withdrawn run is gone, a cancelled one is not
+        pending, one another leader published is not unpublished)."""
+        found: set[int] = set()
+        table = JobRun._meta.db_table
+        connection = connections[router.db_for_read(JobRun)]
+        quote = connection.ops.quote_name
+        sql = (
+            f"SELECT {quote('id')} FROM {quote(table)} WHERE {quote('status')} = %s"
+            f" AND {quote('publish_count')} = 0 AND {quote('id')} "
+        )
+        with connection.cursor() as cursor:
+            for start in range(0, len(run_ids), CHECK_CHUNK):
+                chunk = list(run_ids[start : start + CHECK_CHUNK])
+                if connection.vendor == "postgresql":
+                    cursor.execute(sql + "= ANY(%s)", [str(RunStatus.PENDING), chunk])
+                else:
+                    marks = ", ".join(["%s"] * len(chunk))
+                    cursor.execute(sql + f"IN ({marks})", [str(RunStatus.PENDING), *chunk])
+                found.update(int(row[0]) for row in cursor.fetchall())
+        return found
+
+    def unpublished_runs(
+        self, *, after: tuple[datetime, int] | None, limit: int
+    ) -> list[OutboxMessage]:
+        """Runs recorded and never published, by slot, after ``(slot, id)``: what a new leader
+        takes over (its predecessor's runs recorded ahead, or recorded before a crash)."""
+        runs = JobRun.objects.filter(status=RunStatus.PENDING, publish_count=0)
+        if after is not None:
+            slot, run_id = after
+            runs = runs.filter(Q(scheduled_for__gt=slot) | Q(scheduled_for=slot, pk__gt=run_id))
+        return self._messages(runs, limit)
 
     def stale_pending(
         self, *, now: datetime, older_than: timedelta, limit: int
     ) -> list[OutboxMessage]:
         """Runs whose message may not be in the broker: publish them (again).
 
-        ``pending`` runs never published, older than ``older_than`` (a crash or a broker outage
-        between commit and publish); and waiting runs (``pending``, ``queued``, ``retrying``)
-        whose ``republish_at`` has passed without a worker starting them.
+        ``pending`` runs never published whose due time (or, for an operator's run, creation)
+        is older than ``older_than`` (a crash or a broker outage between commit and publish);
+        and waiting runs (``pending``, ``queued``, ``retrying``) whose ``republish_at`` has
+        passed without a worker starting them. Never a run before it is due.
         """
+        not_early = Q(due_at__isnull=True) | Q(due_at__lte=now)
+        never_sent = Q(status=RunStatus.PENDING, publish_count=0) & (
+            Q(due_at__isnull=True, created_at__lte=now - older_than)
+            | Q(due_at__lte=now - older_than)
+        )
         stale = JobRun.objects.filter(
-            Q(status=RunStatus.PENDING, publish_count=0, created_at__lte=now - older_than)
-            | Q(status__in=WAITING_STATUSES, republish_at__lte=now)
+            never_sent | (Q(status__in=WAITING_STATUSES, republish_at__lte=now) & not_early)
         )
         return self._messages(stale, limit)
 

@@ -2,9 +2,11 @@
 
 1. **Claim** — ``UPDATE jobrun SET status='running' … WHERE id = <run> AND task_id = <this
    message's id> AND attempt = <the message's attempt> AND status IN ('pending', 'queued',
-   'retrying')``. Exactly one delivery of a message can match; every other copy (outbox
-   re-publish, broker redelivery, a stale leader's publish, a forged or late message) matches
-   nothing, is counted as a duplicate delivery and acknowledged without running anything.
+   'retrying') AND (due_at IS NULL OR due_at <= now)``. Exactly one delivery of a message can
+   match; every other copy (outbox re-publish, broker redelivery, a stale leader's publish, a
+   forged or late message) matches nothing, is counted as a duplicate delivery and acknowledged
+   without running anything. A message that arrives a moment before its run is due waits for it
+   (see :func:`claim`).
 2. **Overlap** — for jobs whose overlap policy is not ``allow``, the per-job execution lock
    (a :class:`~django_cluster_cron.locks.ClusterLock` named ``job:<id>``) decides: ``skip`` records
    the run ``skipped`` if another run of the job holds it; ``buffer_one`` lets one run wait for it
@@ -54,7 +56,7 @@ from ..models import JobDefinition, JobRun, RunStatus
 from ..ops import metrics
 from . import failures
 from .heartbeat import RunHeartbeat
-from .statements import CLAIMABLE, claim_run, finish_run
+from .statements import CLAIMABLE, claim_run, finish_run, seconds_until_due
 
 logger = logging.getLogger("django_cluster_cron.worker")
 
@@ -89,6 +91,10 @@ def current_run() -> JobRun | None:
 
 class SkipRun(Exception):
     """The overlap policy refused this run at execution time."""
+
+
+class EarlyMessage(Exception):
+    """A message for a run not due for a while: dropped, not counted as a duplicate."""
 
 
 class CalledDirectly(RuntimeError):
@@ -144,7 +150,10 @@ def execute(task: Any, run_id: object, attempt: object) -> None:
     assert isinstance(run_id, int)
     assert isinstance(attempt, int)
     claiming = time.perf_counter()
-    run = _with_fresh_connection(lambda: claim(run_id, task.request.id, attempt))
+    try:
+        run = _with_fresh_connection(lambda: claim(run_id, task.request.id, attempt))
+    except EarlyMessage:
+        return
     if run is None:
         count_duplicate(run_id, task.request.id)
         return
@@ -278,9 +287,36 @@ def _is_id(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**63
 
 
+# A message that arrives before its run is due (its publisher's clock estimate was off by a
+# few milliseconds) waits this long at most, then claims again; one earlier than that is left to
+# the leader's outbox, which sends it again once the run is due.
+EARLY_WAIT_LIMIT = 5.0
+
+
 def claim(run_id: int, task_id: str, attempt: int) -> JobRun | None:
-    """Take the run for this delivery (one delivery can win); stamps are database time."""
-    return claim_run(run_id, task_id, attempt, worker_name())
+    """Take the run for this delivery (one delivery can win); stamps are database time.
+
+    The claim only takes a run that is due: a message early by up to ``EARLY_WAIT_LIMIT``
+    waits for it; an earlier one is acknowledged without running (``run.early_message``).
+    """
+    for _ in range(3):
+        run = claim_run(run_id, task_id, attempt, worker_name())
+        if run is not None:
+            return run
+        wait = seconds_until_due(run_id, task_id, attempt)
+        if wait is None:
+            return None
+        if wait > EARLY_WAIT_LIMIT:
+            logger.warning(
+                "run.early_message run=%s task_id=%s due_in=%.3fs: not run; the outbox sends it "
+                "again once it is due",
+                run_id,
+                task_id,
+                wait,
+            )
+            raise EarlyMessage(run_id)
+        time.sleep(wait + 0.001)
+    return None
 
 
 DUPLICATES = "duplicate_deliveries"

@@ -14,7 +14,9 @@ from django.db import transaction
 from django.db.models import F
 
 from .. import audit, signals
+from ..dbtime import database_now
 from ..models import JobDefinition, JobRun, RunStatus
+from ..scheduler.store import withdraw_recorded_ahead
 
 logger = logging.getLogger("django_cluster_cron.worker")
 
@@ -52,6 +54,8 @@ def note_failure(job: JobDefinition) -> bool:
         )
         if not paused:
             return False
+        # Its runs recorded ahead of their time go with the pause, as with an operator's.
+        withdraw_recorded_ahead(job.pk, after=database_now())
         audit.record(
             job,
             "paused",

@@ -9,6 +9,7 @@ columns between them), so they are built here once per database connection's ven
   job's columns.
 * MySQL/MariaDB (no ``UPDATE … RETURNING``) and SQLite (whose ``RETURNING`` cannot name the
   joined table): the claim's UPDATE, then one SELECT of the run joined to its job.
+* The claim matches only a run that is due (``due_at`` empty or passed, by the database's clock).
 * The final record is an UPDATE of the fields the outcome writes, conditional on the run still
   being ``running`` at this attempt, its ``finished_at`` the database's time.
 
@@ -31,7 +32,7 @@ from django.db.models.expressions import Col
 from ..dbtime import DbNow
 from ..models import JobDefinition, JobRun, RunStatus
 
-__all__ = ["CLAIMABLE", "claim_run", "finish_run"]
+__all__ = ["CLAIMABLE", "claim_run", "finish_run", "seconds_until_due"]
 
 CLAIMABLE = (RunStatus.PENDING, RunStatus.QUEUED, RunStatus.RETRYING)
 
@@ -108,9 +109,11 @@ class _Statements:
                 f"{assign['retry_at']} = NULL",
             ]
         )
+        # Never before it is due (a run recorded ahead of its time, or jittered).
         match = (
             f"{column('id')} = %s AND {column('task_id')} = %s AND {column('attempt')} = %s"
             f" AND {column('status')} IN (%s, %s, %s)"
+            f" AND ({column('due_at')} IS NULL OR {column('due_at')} <= {now})"
         )
         join = quote(_column_name(cast("Field[Any, Any]", JobDefinition._meta.pk)))
         if self.vendor == "postgresql":
@@ -198,6 +201,25 @@ def claim_run(run_id: int, task_id: str, attempt: int, worker: str) -> JobRun | 
     ``running`` from the database's now, on ``worker``. Returns the run with its job, or None."""
     connection, statements = _for()
     return statements.claim(connection, run_id, task_id, attempt, worker)
+
+
+def seconds_until_due(run_id: int, task_id: str, attempt: int) -> float | None:
+    """How long until this claimable run is due, by the database's clock; None if it is not
+    claimable or already due (the claim lost for another reason)."""
+    from ..dbtime import as_utc
+
+    found = (
+        JobRun.objects.filter(
+            pk=run_id, task_id=task_id, attempt=attempt, status__in=CLAIMABLE, due_at__gt=DbNow()
+        )
+        .annotate(db_now=DbNow())
+        .values_list("due_at", "db_now")
+        .first()
+    )
+    if found is None:
+        return None
+    due, now = found
+    return (as_utc(due) - as_utc(now)).total_seconds()
 
 
 def finish_run(run_id: int, attempt: int, values: Mapping[str, Any]) -> int:

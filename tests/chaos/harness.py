@@ -461,6 +461,7 @@ class Chaos:
                 "epoch",
                 "dispatched_by",
                 "created_at",
+                "queued_at",
                 "attempt",
                 "error",
             )
@@ -525,13 +526,15 @@ class Chaos:
                 f"run of job {r['job_id']} at {r['scheduled_for']:%H:%M:%S} stuck {r['status']}"
             )
 
-        # 5. One holder per epoch, and epochs never interleave.
+        # 5. One holder per epoch, and epochs never interleave. A run names the leader that
+        # sent it (it may have been recorded ahead by the one before): its time is when it was
+        # sent, or recorded if it never was.
         holders: dict[int, set[str]] = defaultdict(set)
         spans_by_epoch: dict[int, list[datetime]] = defaultdict(list)
         for r in runs:
             if r["epoch"] is not None:
                 holders[r["epoch"]].add(r["dispatched_by"])
-                spans_by_epoch[r["epoch"]].append(r["created_at"])
+                spans_by_epoch[r["epoch"]].append(r["queued_at"] or r["created_at"])
         for epoch, nodes in holders.items():
             if len(nodes) > 1:
                 report.fail(f"epoch {epoch} used by several nodes: {sorted(nodes)}")

@@ -56,7 +56,11 @@ def make_scheduler(redis_client, settings, lease_kind):
     backend = backend_of(lease_kind)
     made = []
 
-    def make(node: str, clock: Clock, dispatcher=None, ttl: float = 5.0) -> Scheduler:
+    def make(
+        node: str, clock: Clock, dispatcher=None, ttl: float = 5.0, lookahead: float = 0.0
+    ) -> Scheduler:
+        """A scheduler on ``clock``: it decides slots at their instant unless the test asks for
+        a ``lookahead`` (test_lookahead.py tests recording ahead)."""
         scheduler = Scheduler(
             node_id=node,
             lease=backend.lease(LEADER, node, ttl),
@@ -66,6 +70,7 @@ def make_scheduler(redis_client, settings, lease_kind):
             sleeper=NoWait(),
             clock=clock,
             poll_interval=0.1,
+            lookahead=timedelta(seconds=lookahead),
         )
         made.append(scheduler)
         return scheduler

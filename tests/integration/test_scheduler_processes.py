@@ -13,6 +13,7 @@ import signal
 import time
 
 import pytest
+from django.db.models import Q
 from django.utils import timezone
 
 from django_cluster_cron.models import JobDefinition, JobRun, RunStatus, SchedulerLease
@@ -42,8 +43,10 @@ def leader() -> tuple[str, int] | None:
 
 
 def first_dispatch_by(node: str, job: JobDefinition):
-    run = JobRun.objects.filter(job=job, dispatched_by=node).order_by("created_at").first()
-    return run.created_at if run else None
+    """When ``node`` first sent a run of ``job`` (it may have been recorded ahead by another)."""
+    sent = JobRun.objects.filter(job=job, dispatched_by=node, queued_at__isnull=False)
+    run = sent.order_by("queued_at").first()
+    return run.queued_at if run else None
 
 
 def test_three_schedulers_record_each_slot_exactly_once(cluster):
@@ -108,7 +111,8 @@ def test_a_leader_paused_past_its_ttl_is_fenced_and_writes_nothing_stale(cluster
     os.kill(a.pid, signal.SIGCONT)
     time.sleep(3)
     assert a.poll() is None, "the old leader must go back to standby, not crash"
-    assert not JobRun.objects.filter(epoch=old_epoch, created_at__gt=resumed_at).exists()
+    stale = Q(created_at__gt=resumed_at) | Q(queued_at__gt=resumed_at)
+    assert not JobRun.objects.filter(stale, epoch=old_epoch).exists()
     assert "lease.lost" in cluster.log("a") or "lease.fenced" in cluster.log("a")
     assert_every_slot_once(job)
 
@@ -130,7 +134,7 @@ def test_a_crash_between_recording_and_publishing_is_healed_by_the_outbox(cluste
     )
     sent = {json.loads(raw)["headers"]["id"] for raw in redis_client.lrange("celery", 0, -1)}
     assert set(pending) <= sent
-    assert "runs.republish" in cluster.log("healer")
+    assert "runs.taken_over" in cluster.log("healer")  # at once, not after the outbox's wait
 
 
 def test_a_redis_outage_pauses_dispatch_and_recovery_catches_up_every_slot(
@@ -193,3 +197,42 @@ def test_lost_database_connections_are_survived_and_every_slot_still_recorded(cl
     assert "db.down" in log
     assert "db.up" in log
     assert_every_slot_once(job)
+
+
+def test_runs_recorded_ahead_by_a_killed_leader_are_sent_by_the_next_at_their_instant(cluster):
+    """A leader records jobs' next runs ahead and dies (SIGKILL) holding their built messages:
+    the next leader takes them over from the rows and sends each at its due time, not before,
+    under its task id, and a worker runs each slot once."""
+    from tests.testapp.models import Execution
+
+    jobs = [
+        every_second_job(f"ahead-{i}", cron="* * * * * */10", task="tests.witness_slot", args=[])
+        for i in range(4)
+    ]
+    cluster.worker("w1", concurrency=2)
+    cluster.wait_ready("w1")
+
+    def recorded_ahead():
+        # Due at least 4 s from now: the next leader takes over before then.
+        soon = timezone.now() + timezone.timedelta(seconds=4)
+        runs = JobRun.objects.filter(status=RunStatus.PENDING, due_at__gt=soon)
+        return dict(runs.values_list("pk", "task_id")) if runs.count() == len(jobs) else None
+
+    # A slot ten seconds apart comes round well within a look-ahead of 60 s.
+    cluster.start("a")
+    ahead = wait_for(recorded_ahead, 30, "a to record the jobs' next runs ahead")
+    cluster.procs["a"].kill()
+    cluster.start("b")
+    wait_for(
+        lambda: JobRun.objects.filter(pk__in=ahead, status=RunStatus.SUCCESS).count() == len(jobs),
+        30,
+        "the runs a recorded ahead to succeed",
+    )
+    for run in JobRun.objects.filter(pk__in=ahead):
+        assert run.task_id == ahead[run.pk]  # the same run, under its task id
+        assert run.dispatched_by == "b"
+        assert run.queued_at >= run.due_at, "sent before it was due"
+        assert run.started_at >= run.due_at, "started before it was due"
+    assert "runs.taken_over" in cluster.log("b")
+    labels = list(Execution.objects.values_list("label", flat=True))
+    assert len(labels) == len(set(labels)), "a slot ran twice"

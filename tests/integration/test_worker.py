@@ -19,6 +19,7 @@ from django.db.models import Min
 from django.utils import timezone
 
 from django_cluster_cron import signals
+from django_cluster_cron.dbtime import database_now
 from django_cluster_cron.models import JobDefinition, JobRun, RunStatus, RunTrigger
 from django_cluster_cron.scheduler.dispatch import CeleryDispatcher
 from django_cluster_cron.scheduler.store import OutboxMessage
@@ -134,6 +135,31 @@ def test_forged_or_stale_messages_do_not_run_anything(attempt, task_id):
 def test_a_message_for_an_unknown_run_is_dropped():
     execute_run.apply(args=(987654, 1), task_id="cron-1-20300101T000000Z")
     assert not JobRun.objects.exists()
+
+
+def test_a_message_well_before_its_run_is_due_runs_nothing_and_is_no_duplicate(caplog):
+    """A run recorded ahead is never run before it is due, whoever sent its message."""
+    job = make_job(args=["early"])
+    run = make_run(job)
+    JobRun.objects.filter(pk=run.pk).update(due_at=database_now() + timedelta(seconds=60))
+    before = duplicate_deliveries()
+    apply(run)
+    assert run.status == RunStatus.QUEUED
+    assert run.started_at is None
+    assert not Execution.objects.filter(label="early").exists()
+    assert duplicate_deliveries() == before
+    assert any("run.early_message" in r.getMessage() for r in caplog.records)
+
+
+def test_a_message_a_moment_before_its_run_is_due_waits_for_it_then_runs():
+    job = make_job(args=["just-early"])
+    run = make_run(job)
+    due = database_now() + timedelta(seconds=0.6)
+    JobRun.objects.filter(pk=run.pk).update(due_at=due)
+    run = apply(run)
+    assert run.status == RunStatus.SUCCESS
+    assert run.started_at >= due
+    assert Execution.objects.filter(label="just-early").count() == 1
 
 
 def test_a_failure_with_retries_left_becomes_retrying_attempt_two(received):
