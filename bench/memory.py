@@ -7,8 +7,10 @@ Each system runs as its own process, started the way its users start it: ours
 -S django_celery_beat.schedulers:DatabaseScheduler``; redbeat the same with
 ``-S redbeat.RedBeatScheduler``. Idle: N jobs none due, the process runs for a few seconds (it has
 loaded and ticked), then its VmHWM (peak RSS, /proc/<pid>/status) is read. Burst: N jobs each
-owing one slot; VmHWM once all N messages are in the broker (or at --cap). Target (DESIGN §7):
-ours flat in N.
+owing one slot; VmHWM once all N messages are in the broker (or at --cap). Ours only, "ahead":
+N jobs due together at a minute that is still to come, so the scheduler records all N ahead
+and holds their built messages until then (LOOKAHEAD_RUNS bounds them); VmHWM once all N are
+in the broker. Target (DESIGN §7, issue 18): ours flat in N.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from datetime import timedelta
 
 import _peers as peers
 from _env import ROOT, boot
@@ -95,6 +98,18 @@ def run_process(
     return peak, note
 
 
+def setup_ahead(n: int) -> float:
+    """N jobs due together at the next minute boundary at least 15 s and N/2000 s away (they
+    are recorded ahead, LOOKAHEAD 60 s before it); returns how long until then."""
+    from django_cluster_cron.models import JobDefinition
+
+    lead = max(15.0, n / 2000)
+    slot = peers.minute_floor(peers.now() + timedelta(seconds=lead + 60))
+    peers.setup_ours(n, f"{slot.minute} {slot.hour} * * *")
+    JobDefinition.objects.update(last_scheduled_at=peers.now(), next_run_at=slot)
+    return (slot - peers.now()).total_seconds()
+
+
 def main() -> None:
     args = parser(__doc__ or "", reps=1).parse_args()
     sizes, reps = sizes_and_reps(args)
@@ -125,6 +140,16 @@ def main() -> None:
                     note="; ".join(notes),
                 )
                 peaks[system, phase, n] = row["median"]
+        values, notes = [], []
+        for _ in range(reps):
+            until = setup_ahead(n)
+            peak, note = run_process("ours", n, wait, until + cap, until_sent=True)
+            peers.clear_ours()
+            values.append(peak)
+            if note:
+                notes.append(note)
+        row = report.row("ours", n, "peak RSS, ahead", "MiB", values, note="; ".join(notes))
+        peaks["ours", "ahead", n] = row["median"]
     peers.clear_queue()
     small, large = sizes[0], sizes[-1]
     for system in SETUP:
@@ -139,8 +164,13 @@ def main() -> None:
                 f"{peer} / ours, peak RSS {phase}, N={large:,}",
                 peaks[peer, phase, large] / peaks["ours", phase, large],
             )
+    report.ratio(
+        f"ours: peak RSS ahead N={large:,} / N={small:,}",
+        peaks["ours", "ahead", large] / peaks["ours", "ahead", small],
+    )
     growth = max(
-        peaks["ours", phase, large] - peaks["ours", phase, small] for phase in ("idle", "burst")
+        peaks["ours", phase, large] - peaks["ours", phase, small]
+        for phase in ("idle", "burst", "ahead")
     )
     # "Flat": within 10 MiB or 10% of the smallest size (allocator noise), whichever is larger.
     flat = growth <= max(10.0, 0.1 * peaks["ours", "idle", small])
@@ -149,7 +179,9 @@ def main() -> None:
         flat,
         f"+{growth:.1f} MiB from N={small:,} to N={large:,} (idle "
         f"{peaks['ours', 'idle', small]:.0f} -> {peaks['ours', 'idle', large]:.0f} MiB, burst "
-        f"{peaks['ours', 'burst', small]:.0f} -> {peaks['ours', 'burst', large]:.0f} MiB)",
+        f"{peaks['ours', 'burst', small]:.0f} -> {peaks['ours', 'burst', large]:.0f} MiB, "
+        f"recorded ahead {peaks['ours', 'ahead', small]:.0f} -> "
+        f"{peaks['ours', 'ahead', large]:.0f} MiB)",
     )
     report.write(args.json)
 

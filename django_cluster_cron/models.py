@@ -442,24 +442,28 @@ class JobDefinition(models.Model):
             return f"finished: its end ({self.end_at:%Y-%m-%d %H:%M:%S}Z) has passed"
         return ""
 
-    def catchup_rules(self) -> CatchupRules:
+    def catchup_rules(self, limits: tuple[int, timedelta, int] | None = None) -> CatchupRules:
+        """The job's catch-up rules; ``limits`` (cap, grace, missed record limit) saves reading
+        the settings again for each job of a batch."""
+        cap, grace, missed = limits or catchup_limits()
         return CatchupRules(
             policy=CorePolicy(self.catchup_policy),
             window=self.catchup_window,
-            cap=app_settings.CATCHUP_CAP,
-            grace=app_settings.ON_TIME_GRACE,
-            missed_record_limit=app_settings.MISSED_RECORD_LIMIT,
+            cap=cap,
+            grace=grace,
+            missed_record_limit=missed,
         )
 
-    def runtime_problem(self) -> str | None:
+    def runtime_problem(self, rules_checked: bool = False) -> str | None:
         """What makes this row unusable for the scheduler or a worker, or None.
 
         Validation normally keeps bad data out; this catches what reached the table anyway (raw
         SQL, an old row, a manual edit), so that one job is reported and parked instead of
-        breaking the batch it is in.
+        breaking the batch it is in. ``rules_checked``: the caller built its catch-up rules.
         """
         try:
-            self.catchup_rules()
+            if not rules_checked:
+                self.catchup_rules()
             self.timing()
             self.schedule  # noqa: B018 (parses cron and zone)
         except (ScheduleError, ValueError) as exc:
@@ -621,6 +625,11 @@ class RunTrigger(models.TextChoices):
 
 # The runs a job's schedule makes (what ``max_runs`` counts), as opposed to an operator's.
 SCHEDULED_TRIGGERS = (RunTrigger.SCHEDULE, RunTrigger.CATCHUP)
+
+
+def catchup_limits() -> tuple[int, timedelta, int]:
+    """The project's catch-up cap, on-time grace and missed record limit (settings)."""
+    return app_settings.CATCHUP_CAP, app_settings.ON_TIME_GRACE, app_settings.MISSED_RECORD_LIMIT
 
 
 class JobRun(models.Model):

@@ -13,6 +13,7 @@ nothing is dispatched without a current lease and a current epoch.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
 import socket
@@ -40,6 +41,10 @@ BACKOFF_START = 0.5
 BACKOFF_MAX = 10.0
 # Runs recorded ahead are checked and sent in slices of about this many at their instant.
 SEND_SLICE = 10_000
+# How long before an instant its runs recorded ahead are checked and their messages unpacked,
+# so that at the instant itself they only go out (seconds).
+SEND_EARLY = 0.05
+SEND_EARLY_DELTA = timedelta(seconds=SEND_EARLY)
 # A first guess of how long recording one batch takes, until one has been measured.
 BATCH_SECONDS_GUESS = 0.05
 # A standby reads the database's clock this often (a leader does in every idle tick), so that it
@@ -151,6 +156,7 @@ class Scheduler:
         self._lease_valid_until = 0.0
         self._sweep_at = 0.0
         self._taking_over = False
+        self._unmarked: list[int] = []
         self._reported_invalid: set[int] = set()
         self._reported_at = 0.0
         self._clock_checked_at = 0.0
@@ -196,6 +202,8 @@ class Scheduler:
 
     def shutdown(self) -> None:
         if self.is_leader:
+            with contextlib.suppress(DatabaseError, FencedOut):
+                self._mark_sent()
             self._release("shutdown")
         self.sleeper.close()
         logger.info("scheduler.stopped node=%s", self.node_id)
@@ -261,6 +269,7 @@ class Scheduler:
             if next_due is not None and next_due <= self._horizon(self.clock()):
                 self._dispatch_due()
                 next_due = self.store.next_due_at()
+            self._mark_sent()
             if time.monotonic() >= self._sweep_at:
                 self._recover_lost()
                 self._republish_stale()
@@ -397,6 +406,7 @@ class Scheduler:
         logger.warning("lease.lost node=%s epoch=%s reason=%s", self.node_id, self.epoch, reason)
         self.epoch = None
         self.armed.clear()  # the rows stay: the next leader takes them over
+        self._unmarked = []
         self._show_role()
 
     def _show_role(self) -> None:
@@ -407,6 +417,7 @@ class Scheduler:
     def _release(self, reason: str) -> None:
         epoch, self.epoch = self.epoch, None
         self.armed.clear()
+        self._unmarked = []
         self._show_role()
         released = self._quiet_release()
         if released:
@@ -479,10 +490,27 @@ class Scheduler:
             metrics.get().armed.set(self.armed.count)
 
     def _send_armed(self) -> None:
-        """Send the prepared messages that are due, after checking their runs are still there
-        to be sent (not withdrawn, cancelled, or sent by another leader)."""
+        """Send the prepared messages that are due: just before their instant, check their runs
+        are still there to be sent (not withdrawn, cancelled, or sent by another leader) and
+        unpack them; at the instant, send them — slice after slice, and only then record them
+        sent. None goes out before its due time."""
+        sent: list[int] = []
+        pushed: list[tuple[list[PreparedGroup], datetime]] = []
+        try:
+            self._send_due_slices(sent, pushed)
+        finally:
+            sent_ids = set(sent)
+            for groups, at in pushed:  # after the whole burst is out
+                self._sent_prepared(groups, sent_ids, at)
+            # Recorded sent at the end of the pass: after the rest of the instant's work (runs
+            # not recorded ahead), which a long UPDATE must not hold up.
+            self._unmarked += sent
+
+    def _send_due_slices(
+        self, sent: list[int], pushed: list[tuple[list[PreparedGroup], datetime]]
+    ) -> None:
         while self.armed and self.epoch is not None:
-            groups = self.armed.take_due(self.clock(), SEND_SLICE)
+            groups = self.armed.take_due(self.clock() + SEND_EARLY_DELTA, SEND_SLICE)
             if not groups:
                 return
             if not self._lease_is_fresh() and not self._renew():
@@ -493,26 +521,53 @@ class Scheduler:
             except DatabaseError:
                 self.armed.add(groups)  # unchecked: not sent; tried again once it is back
                 raise
-            try:
-                sent = self.dispatcher.send_prepared(groups, keep)
-            except SendFailed as exc:  # the rest stay pending: the outbox sends them later
-                self.health.down("broker", exc.cause)
-                sent = exc.sent
-                metrics.get().publish_failures.inc(len(keep) - len(sent))
-            else:
-                self.health.up("broker")
-            metrics.get().armed.set(self.armed.count)
+            for group in groups:
+                group.unpack()
             if len(keep) < len(run_ids):
                 logger.info("runs.withdrawn_before_sending count=%s", len(run_ids) - len(keep))
-            self._sent_prepared(groups, set(sent))
-            assert self.epoch is not None
+            early = False
+            instants = [list(same) for _due, same in itertools.groupby(groups, lambda g: g.due)]
+            for index, same in enumerate(instants):
+                if not self._wait_until(same[0].due):
+                    # This clock has not got there (a test's): later, checked again then.
+                    self.armed.add([group for rest in instants[index:] for group in rest])
+                    early = True
+                    break
+                sent += self._send_groups(same, keep)
+                pushed.append((same, self.clock()))
+            metrics.get().armed.set(self.armed.count)
+            if early:
+                return
+
+    def _mark_sent(self) -> None:
+        """Record the prepared messages sent this pass as sent (``queued``)."""
+        sent, self._unmarked = self._unmarked, []
+        if sent and self.epoch is not None:
             self.store.mark_published_ids(
                 sent, now=self.clock(), epoch=self.epoch, node_id=self.node_id
             )
 
-    def _sent_prepared(self, groups: list[PreparedGroup], sent: set[int]) -> None:
-        """Lateness and the dispatch log lines of prepared messages that were sent."""
-        now = self.clock()
+    def _wait_until(self, due: datetime) -> bool:
+        """Sleep until ``due`` (at most SEND_EARLY); False if the clock is not there then."""
+        wait = (due - self.clock()).total_seconds()
+        if wait > 0:
+            time.sleep(min(wait, SEND_EARLY))
+        return self.clock() >= due
+
+    def _send_groups(self, groups: list[PreparedGroup], keep: set[int]) -> list[int]:
+        try:
+            sent = self.dispatcher.send_prepared(groups, keep)
+        except SendFailed as exc:  # the rest stay pending: the outbox sends them later
+            self.health.down("broker", exc.cause)
+            metrics.get().publish_failures.inc(
+                sum(1 for g in groups for run_id in g.run_ids if run_id in keep) - len(exc.sent)
+            )
+            return exc.sent
+        self.health.up("broker")
+        return sent
+
+    def _sent_prepared(self, groups: list[PreparedGroup], sent: set[int], now: datetime) -> None:
+        """Lateness (sent at ``now``) and the dispatch log lines of prepared messages."""
         lags = [
             (now - group.due).total_seconds()
             for group in groups
@@ -657,7 +712,7 @@ class Scheduler:
         now = self.clock()
         earliest = self.armed.earliest()
         if earliest is not None:
-            delay = min(delay, (earliest - now).total_seconds())
+            delay = min(delay, (earliest - now).total_seconds() - SEND_EARLY)
         if next_due is not None:
             wake = next_due - (self._horizon(now) - now)
             if wake <= now:

@@ -49,7 +49,7 @@ logger = logging.getLogger("django_cluster_cron.scheduler")
 CHUNK_SIZE = 500
 PUSH_SIZE = 1000
 # Commands per pipeline round trip at the instant (each pushes up to PUSH_SIZE messages).
-PIPELINE_COMMANDS = 20
+PIPELINE_COMMANDS = 2
 # Redis commands that deliver a message: refused while messages are prepared.
 _DELIVERIES = frozenset({"LPUSH", "RPUSH", "LPUSHX", "RPUSHX", "PUBLISH", "SPUBLISH"})
 
@@ -85,6 +85,7 @@ class PreparedGroup:
     blob: bytes = b""
     ends: array[int] = field(default_factory=lambda: array("I"))
     messages: list[OutboxMessage] | None = None
+    _unpacked: list[tuple[int, str, bytes]] | None = None
 
     def __len__(self) -> int:
         return len(self.run_ids)
@@ -95,13 +96,22 @@ class PreparedGroup:
     def task_id(self, index: int) -> str:
         return task_id_for(self.job_ids[index], self.slot(index))
 
-    def payloads(self) -> Iterator[tuple[int, str, bytes]]:
+    def payloads(self) -> list[tuple[int, str, bytes]]:
         """``(run id, queue key, payload)`` of each message in the fast form."""
+        if self._unpacked is not None:
+            return self._unpacked
         data = zlib.decompress(self.blob)
+        found = []
         start = 0
         for index, end in enumerate(self.ends):
-            yield self.run_ids[index], self.keys[self.key_of[index]], data[start:end]
+            found.append((self.run_ids[index], self.keys[self.key_of[index]], data[start:end]))
             start = end
+        return found
+
+    def unpack(self) -> None:
+        """Decompress now, ahead of the instant (the leader does it just before)."""
+        if self.messages is None and self._unpacked is None:
+            self._unpacked = self.payloads()
 
 
 class _NoDelivery:

@@ -39,7 +39,8 @@ from django.db.models import (
 
 from ..conf import app_settings
 from ..core.ahead import AheadPlan, plan_ahead
-from ..core.catchup import CatchupPolicy, SlotPlan, plan_slots
+from ..core.catchup import CatchupPolicy, CatchupRules, SlotPlan, plan_slots
+from ..core.errors import ScheduleError
 from ..core.overlap import OverlapPolicy, overlap_refusal
 from ..core.slots import task_id_for
 from ..dbtime import DbNow, as_utc
@@ -50,6 +51,7 @@ from ..models import (
     RunStatus,
     RunTrigger,
     SchedulerLease,
+    catchup_limits,
 )
 from .fastinsert import insert_ignoring_conflicts
 
@@ -62,10 +64,12 @@ REPUBLISH_BACKOFF_DOUBLINGS = 4
 # one UPDATE per pair.
 GROUPED_UPDATE_LIMIT = 8
 # Run ids per statement when checking or marking runs recorded ahead (a burst holds 100,000).
-CHECK_CHUNK = 5000
+CHECK_CHUNK = 10_000
 MARK_CHUNK = 5000
 WAITING_STATUSES = (RunStatus.PENDING, RunStatus.QUEUED, RunStatus.RETRYING)
 ALLOW = OverlapPolicy.ALLOW.value
+# Job columns planning and recording never read: not loaded for a batch (thousands of rows).
+NOT_PLANNED = ("description", "pause_note", "code_origin", "created_at", "updated_at")
 
 
 class IdleState(NamedTuple):
@@ -484,9 +488,12 @@ class RunStore:
         result = BatchResult()
         ahead_until = horizon if horizon is not None and horizon > now else None
         with self.fenced(epoch, now):
-            jobs = list(JobDefinition.objects.due_by(now, ahead_until).select_for_update()[:limit])
+            due = JobDefinition.objects.due_by(now, ahead_until).defer(*NOT_PLANNED)
+            jobs = list(due.select_for_update()[:limit])
             if not jobs:
                 return result
+            limits = catchup_limits()
+            rules_by: dict[tuple[object, ...], CatchupRules | str] = {}
             activity = self._activity(
                 [j.pk for j in jobs if j.overlap_policy != OverlapPolicy.ALLOW.value]
             )
@@ -495,7 +502,18 @@ class RunStore:
             # Jobs due together mostly share a cron and a watermark: plan each distinct one once.
             plans: dict[tuple[object, ...], tuple[SlotPlan, AheadPlan | None]] = {}
             for job in jobs:
-                problem = job.runtime_problem()
+                rule_key = (job.catchup_policy, job.catchup_window)
+                rules_or_problem = rules_by.get(rule_key)
+                if rules_or_problem is None:
+                    try:
+                        rules_or_problem = job.catchup_rules(limits)
+                    except (ScheduleError, ValueError) as exc:
+                        rules_or_problem = str(exc)
+                    rules_by[rule_key] = rules_or_problem
+                if isinstance(rules_or_problem, str):
+                    problem: str | None = rules_or_problem
+                else:
+                    problem = job.runtime_problem(rules_checked=True)
                 if problem is not None:
                     # Bad data that bypassed validation: park the job (out of the due index)
                     # and report it; every other job goes on.
@@ -503,11 +521,8 @@ class RunStore:
                     job.next_run_at = None
                     advanced.append(job)
                     continue
-                last, rules, timing = (
-                    job.last_scheduled_at or now,
-                    job.catchup_rules(),
-                    job.timing(),
-                )
+                assert isinstance(rules_or_problem, CatchupRules)
+                last, rules, timing = job.last_scheduled_at or now, rules_or_problem, job.timing()
                 may_lead = ahead_until is not None and job.overlap_policy == ALLOW
                 key = (job.cron, job.timezone, last, rules, timing, may_lead)
                 planned = plans.get(key)
@@ -704,18 +719,24 @@ class RunStore:
         publishing runs recorded ahead (a withdrawn run is gone, a cancelled one is not
         pending, one another leader published is not unpublished)."""
         found: set[int] = set()
-        table = JobRun._meta.db_table
         connection = connections[router.db_for_read(JobRun)]
         quote = connection.ops.quote_name
-        sql = (
-            f"SELECT {quote('id')} FROM {quote(table)} WHERE {quote('status')} = %s"
-            f" AND {quote('publish_count')} = 0 AND {quote('id')} "
-        )
+        table = quote(JobRun._meta.db_table)
+        run_id, status, sent = quote("id"), quote("status"), quote("publish_count")
+        # Looked up by primary key: the planner would otherwise scan the pending runs through
+        # the status index and test each against the whole list (0.25 s for 10,000 here).
+        if connection.vendor == "postgresql":
+            sql = (
+                f"SELECT r.{run_id} FROM UNNEST(%s::bigint[]) AS u(id) JOIN {table} r"
+                f" ON r.{run_id} = u.id WHERE r.{status} = %s AND r.{sent} = 0"
+            )
+        else:
+            sql = f"SELECT {run_id} FROM {table} WHERE {status} = %s AND {sent} = 0 AND {run_id} "
         with connection.cursor() as cursor:
             for start in range(0, len(run_ids), CHECK_CHUNK):
                 chunk = list(run_ids[start : start + CHECK_CHUNK])
                 if connection.vendor == "postgresql":
-                    cursor.execute(sql + "= ANY(%s)", [str(RunStatus.PENDING), chunk])
+                    cursor.execute(sql, [chunk, str(RunStatus.PENDING)])
                 else:
                     marks = ", ".join(["%s"] * len(chunk))
                     cursor.execute(sql + f"IN ({marks})", [str(RunStatus.PENDING), *chunk])

@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import time
+from datetime import timedelta
 
 import pytest
 from django.db.models import Q
@@ -214,7 +215,7 @@ def test_runs_recorded_ahead_by_a_killed_leader_are_sent_by_the_next_at_their_in
 
     def recorded_ahead():
         # Due at least 4 s from now: the next leader takes over before then.
-        soon = timezone.now() + timezone.timedelta(seconds=4)
+        soon = timezone.now() + timedelta(seconds=4)
         runs = JobRun.objects.filter(status=RunStatus.PENDING, due_at__gt=soon)
         return dict(runs.values_list("pk", "task_id")) if runs.count() == len(jobs) else None
 
