@@ -341,7 +341,8 @@ def main() -> None:
                 continue
             high = p99("ours", n, metric="p99 latency, all N pooled")
             low = p99("ours", n, metric="p50 latency")
-            assert high is not None and low is not None
+            assert high is not None
+            assert low is not None
             met = high <= p99_bound and (p50_bound is None or low <= p50_bound)
             bound = f"p99 <= {p99_bound:g} s" + (f", p50 <= {p50_bound:g} s" if p50_bound else "")
             targets.append(
