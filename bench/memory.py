@@ -111,7 +111,9 @@ def setup_ahead(n: int) -> float:
 
 
 def main() -> None:
-    args = parser(__doc__ or "", reps=1).parse_args()
+    cli = parser(__doc__ or "", reps=1)
+    cli.add_argument("--ours-only", action="store_true", help="ours alone, no peers")
+    args = cli.parse_args()
     sizes, reps = sizes_and_reps(args)
     cap = args.cap or (20.0 if args.quick else 120.0)
     wait = 3.0 if args.quick else 6.0
@@ -119,8 +121,9 @@ def main() -> None:
     peers.quiet()
     report = Report("memory", "Memory: peak RSS of the scheduler process", DESCRIPTION)
     peaks: dict[tuple[str, str, int], float] = {}
+    systems = {"ours": SETUP["ours"]} if args.ours_only else SETUP
     for n in sizes:
-        for system, (setup, clear) in SETUP.items():
+        for system, (setup, clear) in systems.items():
             for phase in ("idle", "burst"):
                 values, notes = [], []
                 for _ in range(reps):
@@ -152,14 +155,14 @@ def main() -> None:
         peaks["ours", "ahead", n] = row["median"]
     peers.clear_queue()
     small, large = sizes[0], sizes[-1]
-    for system in SETUP:
+    for system in systems:
         for phase in ("idle", "burst"):
             report.ratio(
                 f"{system}: peak RSS {phase} N={large:,} / N={small:,}",
                 peaks[system, phase, large] / peaks[system, phase, small],
             )
     for phase in ("idle", "burst"):
-        for peer in ("django-celery-beat", "celery-redbeat"):
+        for peer in [p for p in ("django-celery-beat", "celery-redbeat") if p in systems]:
             report.ratio(
                 f"{peer} / ours, peak RSS {phase}, N={large:,}",
                 peaks[peer, phase, large] / peaks["ours", phase, large],

@@ -535,6 +535,8 @@ class Scheduler:
                     break
                 sent += self._send_groups(same, keep)
                 pushed.append((same, self.clock()))
+                for group in same:  # a burst's payloads are not kept until it is all out
+                    group.drop_payloads()
             metrics.get().armed.set(self.armed.count)
             if early:
                 return

@@ -113,6 +113,11 @@ class PreparedGroup:
         if self.messages is None and self._unpacked is None:
             self._unpacked = self.payloads()
 
+    def drop_payloads(self) -> None:
+        """Forget the messages once sent; the run ids and slots stay (for the log lines)."""
+        self._unpacked, self.blob, self.messages = None, b"", None
+        self.ends, self.key_of = array("I"), bytearray()
+
 
 class _NoDelivery:
     """The Redis client (or pipeline) a channel gets while messages are prepared: declaring a
