@@ -40,7 +40,7 @@ logger = logging.getLogger("django_cluster_cron.scheduler")
 BACKOFF_START = 0.5
 BACKOFF_MAX = 10.0
 # Runs recorded ahead are checked and sent in slices of about this many at their instant.
-SEND_SLICE = 10_000
+SEND_SLICE = 5_000
 # How long before an instant its runs recorded ahead are checked and their messages unpacked,
 # so that at the instant itself they only go out (seconds).
 SEND_EARLY = 0.05
