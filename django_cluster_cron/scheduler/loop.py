@@ -156,7 +156,7 @@ class Scheduler:
         self._lease_valid_until = 0.0
         self._sweep_at = 0.0
         self._taking_over = False
-        self._unmarked: list[int] = []
+        self._unmarked: list[tuple[list[int], datetime]] = []
         self._reported_invalid: set[int] = set()
         self._reported_at = 0.0
         self._clock_checked_at = 0.0
@@ -494,20 +494,18 @@ class Scheduler:
         are still there to be sent (not withdrawn, cancelled, or sent by another leader) and
         unpack them; at the instant, send them — slice after slice, and only then record them
         sent. None goes out before its due time."""
-        sent: list[int] = []
-        pushed: list[tuple[list[PreparedGroup], datetime]] = []
+        pushed: list[tuple[list[PreparedGroup], list[int], datetime]] = []
         try:
-            self._send_due_slices(sent, pushed)
+            self._send_due_slices(pushed)
         finally:
-            sent_ids = set(sent)
-            for groups, at in pushed:  # after the whole burst is out
-                self._sent_prepared(groups, sent_ids, at)
-            # Recorded sent at the end of the pass: after the rest of the instant's work (runs
-            # not recorded ahead), which a long UPDATE must not hold up.
-            self._unmarked += sent
+            for groups, sent, at in pushed:  # after the whole burst is out
+                self._sent_prepared(groups, set(sent), at)
+                # Recorded sent at the end of the pass: after the rest of the instant's work
+                # (runs not recorded ahead), which a long UPDATE must not hold up.
+                self._unmarked.append((sent, at))
 
     def _send_due_slices(
-        self, sent: list[int], pushed: list[tuple[list[PreparedGroup], datetime]]
+        self, pushed: list[tuple[list[PreparedGroup], list[int], datetime]]
     ) -> None:
         while self.armed and self.epoch is not None:
             groups = self.armed.take_due(self.clock() + SEND_EARLY_DELTA, SEND_SLICE)
@@ -533,8 +531,8 @@ class Scheduler:
                     self.armed.add([group for rest in instants[index:] for group in rest])
                     early = True
                     break
-                sent += self._send_groups(same, keep)
-                pushed.append((same, self.clock()))
+                sent = self._send_groups(same, keep)
+                pushed.append((same, sent, self.clock()))
                 for group in same:  # a burst's payloads are not kept until it is all out
                     group.drop_payloads()
             metrics.get().armed.set(self.armed.count)
@@ -542,12 +540,11 @@ class Scheduler:
                 return
 
     def _mark_sent(self) -> None:
-        """Record the prepared messages sent this pass as sent (``queued``)."""
+        """Record the prepared messages sent this pass as sent (``queued``), each instant's
+        with when it went out."""
         sent, self._unmarked = self._unmarked, []
         if sent and self.epoch is not None:
-            self.store.mark_published_ids(
-                sent, now=self.clock(), epoch=self.epoch, node_id=self.node_id
-            )
+            self.store.mark_sent(sent, epoch=self.epoch, node_id=self.node_id)
 
     def _wait_until(self, due: datetime) -> bool:
         """Sleep until ``due`` (at most SEND_EARLY); False if the clock is not there then."""

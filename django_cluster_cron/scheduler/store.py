@@ -329,24 +329,27 @@ def _mark_queued(
     now: datetime,
     by: _Dispatcher | None = None,
 ) -> None:
-    """One UPDATE: ``pending`` becomes ``queued`` (and names the leader that sent it, ``by``) in
-    the same statement that sets the re-publish bookkeeping, so each row is written once. The
-    CASEs come before ``status``: MySQL and MariaDB evaluate SET left to right, each assignment
-    seeing the ones before it, and they must read the old status."""
-    pending = Q(status=RunStatus.PENDING)
+    """One UPDATE: ``pending`` becomes ``queued`` in the same statement that sets the re-publish
+    bookkeeping, so each row is written once. A run's first publish also stamps ``queued_at``
+    and names the leader that sent it (``by``) — even if a worker took it meanwhile (a message
+    can be claimed before this runs). The CASEs come before ``status`` and ``publish_count``:
+    MySQL and MariaDB evaluate SET left to right, each assignment seeing the ones before it, and
+    they must read the old values."""
 
-    def first(field: str, value: object) -> Case:
+    def when(condition: Q, field: str, value: object) -> Case:
         output = cast("Field[Any, Any]", JobRun._meta.get_field(field))
-        return Case(When(pending, then=Value(value)), default=F(field), output_field=output)
+        return Case(When(condition, then=Value(value)), default=F(field), output_field=output)
 
-    fields: dict[str, Any] = {"queued_at": first("queued_at", now)}
+    first = Q(publish_count=0)
+    fields: dict[str, Any] = {"queued_at": when(first, "queued_at", now)}
     if by is not None:
-        fields["epoch"] = first("epoch", by.epoch)
+        fields["epoch"] = when(first, "epoch", by.epoch)
         if by.node_id:
-            fields["dispatched_by"] = first("dispatched_by", by.node_id)
-    JobRun.objects.filter(pk__in=run_ids, status__in=WAITING_STATUSES).update(
+            fields["dispatched_by"] = when(first, "dispatched_by", by.node_id)
+    waiting = Q(status__in=WAITING_STATUSES) | first
+    JobRun.objects.filter(waiting, pk__in=run_ids).update(
         **fields,
-        status=first("status", RunStatus.QUEUED),
+        status=when(Q(status=RunStatus.PENDING), "status", RunStatus.QUEUED),
         publish_count=count + 1,
         republish_at=republish_at,
     )
@@ -701,18 +704,20 @@ class RunStore:
         for (count, due), run_ids in groups.items():
             _mark_queued(run_ids, count, due, now, by)
 
-    def mark_published_ids(
-        self, run_ids: Sequence[int], *, now: datetime, epoch: int, node_id: str
+    def mark_sent(
+        self, sent: Sequence[tuple[list[int], datetime]], *, epoch: int, node_id: str
     ) -> None:
-        """:meth:`mark_published` for runs published the first time, given by their ids (the
-        runs recorded ahead, whose messages the leader keeps in a compact form)."""
-        if not run_ids:
+        """:meth:`mark_published` for runs published the first time, given by their ids with
+        when they were sent (the runs recorded ahead, whose messages the leader keeps in a
+        compact form): one fenced transaction, a statement per MARK_CHUNK runs."""
+        if not any(run_ids for run_ids, _at in sent):
             return
-        due = now + app_settings.OUTBOX_REPUBLISH_AFTER
         by = _Dispatcher(node_id, epoch)
-        with self.fenced(epoch, now):
-            for start in range(0, len(run_ids), MARK_CHUNK):
-                _mark_queued(run_ids[start : start + MARK_CHUNK], 0, due, now, by)
+        with self.fenced(epoch, max(at for _ids, at in sent)):
+            for run_ids, at in sent:
+                due = at + app_settings.OUTBOX_REPUBLISH_AFTER
+                for start in range(0, len(run_ids), MARK_CHUNK):
+                    _mark_queued(run_ids[start : start + MARK_CHUNK], 0, due, at, by)
 
     def unpublished(self, run_ids: Sequence[int]) -> set[int]:
         """Which of these runs are still ``pending`` and never published: checked right before
