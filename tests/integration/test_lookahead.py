@@ -136,7 +136,8 @@ def pause(j):
 
 
 def retime(j):
-    j.cron = "30 * * * *"
+    # Half an hour away from the next minute (a fixed minute would be the next one once an hour).
+    j.cron = f"{(database_now().minute + 30) % 60} * * * *"
     j.save()
 
 
