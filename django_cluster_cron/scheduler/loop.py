@@ -13,7 +13,6 @@ nothing is dispatched without a current lease and a current epoch.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import logging
 import os
 import socket
@@ -30,21 +29,15 @@ from ..conf import NODE_ID_ENV, app_settings
 from ..core.clock import OffsetClock, SkewChange, format_offset
 from ..leases import LEADER, Lease, LeaseBackend, LeaseUnavailable, get_backend
 from ..ops import metrics
-from .armed import Armed
+from .armed import SEND_EARLY, Armed, SendsArmed
 from .dispatch import PublishFailed
-from .prepared import PreparedGroup, SendFailed
+from .prepared import PreparedGroup
 from .store import FencedOut, OutboxMessage, RunStore
 
 logger = logging.getLogger("django_cluster_cron.scheduler")
 
 BACKOFF_START = 0.5
 BACKOFF_MAX = 10.0
-# Runs recorded ahead are checked and sent in slices of about this many at their instant.
-SEND_SLICE = 5_000
-# How long before an instant its runs recorded ahead are checked and their messages unpacked,
-# so that at the instant itself they only go out (seconds).
-SEND_EARLY = 0.05
-SEND_EARLY_DELTA = timedelta(seconds=SEND_EARLY)
 # A first guess of how long recording one batch takes, until one has been measured.
 BATCH_SECONDS_GUESS = 0.05
 # A standby reads the database's clock this often (a leader does in every idle tick), so that it
@@ -109,7 +102,7 @@ def _one_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {text}"[:300]
 
 
-class Scheduler:
+class Scheduler(SendsArmed):
     def __init__(
         self,
         *,
@@ -482,136 +475,6 @@ class Scheduler:
             self._arm(batch.ahead)
             if batch.jobs < limit:
                 return
-
-    def _arm(self, messages: list[OutboxMessage]) -> None:
-        """Build the messages of runs recorded ahead and keep them for their instant."""
-        if messages and self.epoch is not None:
-            self.armed.add(self.dispatcher.prepare(messages))
-            metrics.get().armed.set(self.armed.count)
-
-    def _send_armed(self) -> None:
-        """Send the prepared messages that are due: just before their instant, check their runs
-        are still there to be sent (not withdrawn, cancelled, or sent by another leader) and
-        unpack them; at the instant, send them — slice after slice, and only then record them
-        sent. None goes out before its due time."""
-        pushed: list[tuple[list[PreparedGroup], list[int], datetime]] = []
-        try:
-            self._send_due_slices(pushed)
-        finally:
-            for groups, sent, at in pushed:  # after the whole burst is out
-                self._sent_prepared(groups, set(sent), at)
-                # Recorded sent at the end of the pass: after the rest of the instant's work
-                # (runs not recorded ahead), which a long UPDATE must not hold up.
-                self._unmarked.append((sent, at))
-
-    def _send_due_slices(
-        self, pushed: list[tuple[list[PreparedGroup], list[int], datetime]]
-    ) -> None:
-        while self.armed and self.epoch is not None:
-            groups = self.armed.take_due(self.clock() + SEND_EARLY_DELTA, SEND_SLICE)
-            if not groups:
-                return
-            if not self._lease_is_fresh() and not self._renew():
-                return
-            run_ids = [run_id for group in groups for run_id in group.run_ids]
-            try:
-                keep = self.store.unpublished(run_ids)
-            except DatabaseError:
-                self.armed.add(groups)  # unchecked: not sent; tried again once it is back
-                raise
-            for group in groups:
-                group.unpack()
-            if len(keep) < len(run_ids):
-                logger.info("runs.withdrawn_before_sending count=%s", len(run_ids) - len(keep))
-            early = False
-            instants = [list(same) for _due, same in itertools.groupby(groups, lambda g: g.due)]
-            for index, same in enumerate(instants):
-                if not self._wait_until(same[0].due):
-                    # This clock has not got there (a test's): later, checked again then.
-                    self.armed.add([group for rest in instants[index:] for group in rest])
-                    early = True
-                    break
-                sent = self._send_groups(same, keep)
-                pushed.append((same, sent, self.clock()))
-                for group in same:  # a burst's payloads are not kept until it is all out
-                    group.drop_payloads()
-            metrics.get().armed.set(self.armed.count)
-            if early:
-                return
-
-    def _mark_sent(self) -> None:
-        """Record the prepared messages sent this pass as sent (``queued``), each instant's
-        with when it went out."""
-        sent, self._unmarked = self._unmarked, []
-        if sent and self.epoch is not None:
-            self.store.mark_sent(sent, epoch=self.epoch, node_id=self.node_id)
-
-    def _wait_until(self, due: datetime) -> bool:
-        """Sleep until ``due`` (at most SEND_EARLY); False if the clock is not there then."""
-        wait = (due - self.clock()).total_seconds()
-        if wait > 0:
-            time.sleep(min(wait, SEND_EARLY))
-        return self.clock() >= due
-
-    def _send_groups(self, groups: list[PreparedGroup], keep: set[int]) -> list[int]:
-        try:
-            sent = self.dispatcher.send_prepared(groups, keep)
-        except SendFailed as exc:  # the rest stay pending: the outbox sends them later
-            self.health.down("broker", exc.cause)
-            metrics.get().publish_failures.inc(
-                sum(1 for g in groups for run_id in g.run_ids if run_id in keep) - len(exc.sent)
-            )
-            return exc.sent
-        self.health.up("broker")
-        return sent
-
-    def _sent_prepared(self, groups: list[PreparedGroup], sent: set[int], now: datetime) -> None:
-        """Lateness (sent at ``now``) and the dispatch log lines of prepared messages."""
-        lags = [
-            (now - group.due).total_seconds()
-            for group in groups
-            for run_id in group.run_ids
-            if run_id in sent
-        ]
-        if lags:
-            self.last_lag = max(lags)
-            metrics.observe_each(metrics.get().publish_latency, lags)
-        if not logger.isEnabledFor(logging.INFO):
-            return
-        for group in groups:
-            for index, run_id in enumerate(group.run_ids):
-                if run_id in sent:
-                    logger.info(
-                        "run.dispatched job=%s slot=%s task_id=%s trigger=schedule epoch=%s "
-                        "ahead=1",
-                        group.job_ids[index],
-                        group.slot(index).isoformat(),
-                        group.task_id(index),
-                        self.epoch,
-                    )
-
-    def _take_over(self) -> None:
-        """A new leader takes over runs recorded and never published: its predecessor's runs
-        recorded ahead, or runs recorded just before a crash. Due ones are published now, the
-        others prepared for their instant (up to the run budget; the outbox sweep covers the
-        rest)."""
-        self._taking_over = False
-        after: tuple[datetime, int] | None = None
-        adopted = 0
-        budget = max(self.lookahead_runs, self.batch_size)
-        while self.is_leader and adopted < budget:
-            messages = self.store.unpublished_runs(after=after, limit=self.batch_size)
-            if not messages:
-                break
-            adopted += len(messages)
-            after = (messages[-1].scheduled_for, messages[-1].run_id)
-            now = self.clock()
-            self._publish([m for m in messages if m.due <= now])
-            self._arm([m for m in messages if m.due > now])
-            if len(messages) < self.batch_size:
-                break
-        if adopted:
-            logger.warning("runs.taken_over node=%s count=%s", self.node_id, adopted)
 
     def _count_slots(self, batch: Any) -> None:
         slots = metrics.get().slots
