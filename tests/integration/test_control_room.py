@@ -6,7 +6,8 @@ import io
 import re
 import threading
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
 
 import pytest
 from django.contrib.admin.models import LogEntry
@@ -429,11 +430,13 @@ def test_prune_runs_deletes_old_finished_runs_and_keeps_active_ones():
 
 def test_the_date_drill_down_lists_the_periods_between_the_first_and_last_run(admin_client):
     job = make_job()
-    add_runs(job, [RunStatus.SUCCESS] * 3, start=timezone.now() - timedelta(days=70))
-    add_runs(job, [RunStatus.SUCCESS] * 3, start=timezone.now() - timedelta(days=2))
+    # Fixed days of one year at midday: across a new year the drill-down lists years, not
+    # months, and a day's three runs five minutes apart must not straddle midnight.
+    add_runs(job, [RunStatus.SUCCESS] * 3, start=datetime(2025, 3, 1, 12, tzinfo=dt_timezone.utc))
+    add_runs(job, [RunStatus.SUCCESS] * 3, start=datetime(2025, 5, 10, 12, tzinfo=dt_timezone.utc))
     html = admin_client.get(RUNS).content.decode()
     months = re.findall(r"scheduled_for__month=(\d+)", html)
-    assert len(set(months)) >= 3  # every month from 70 days ago to now, without a DISTINCT scan
+    assert set(months) == {"3", "4", "5"}  # every month from the first to the last, no DISTINCT
     first = timezone.localtime(JobRun.objects.earliest().scheduled_for)
     day_page = admin_client.get(
         RUNS + f"?scheduled_for__year={first.year}&scheduled_for__month={first.month}"

@@ -289,11 +289,16 @@ def test_a_queued_run_whose_message_the_broker_lost_is_sent_again_with_backoff(
     """Regression (chaos suite): a Redis restart without persistence emptied the broker queue
     and the runs stayed 'queued' forever."""
     settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "OUTBOX_REPUBLISH_AFTER": 0.2}
-    # Real time (the queued run's republish time is the database's); an hourly job, so that the
-    # half second the test moves on does not reach its next slot (an every-minute job did, at
-    # hh:mm:59.5).
+    # Real time (the queued run's republish time is the database's); an hourly job owing the
+    # hour's slot alone, started at least 2 s before the next hour, so that the half second the
+    # test moves on does not reach the next slot.
+    now = dj_timezone.now()
+    next_hour = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    if next_hour - now < timedelta(seconds=2):
+        time.sleep((next_hour - now).total_seconds() + 0.01)
     clock = Clock(dj_timezone.now())
-    job("lost-in-broker", cron="0 * * * *", watermark=clock.now - timedelta(hours=1, seconds=1))
+    hour = clock.now.replace(minute=0, second=0, microsecond=0)
+    job("lost-in-broker", cron="0 * * * *", watermark=hour - timedelta(seconds=1))
     scheduler = make_scheduler("node-a", clock)
     scheduler.step()
     run = JobRun.objects.get()

@@ -164,12 +164,16 @@ def test_a_message_a_moment_before_its_run_is_due_waits_for_it_then_runs():
 
 def test_a_failure_with_retries_left_becomes_retrying_attempt_two(received):
     job = make_job(task="tests.flaky", args=["flaky-1", 5], max_retries=2, retry_backoff=30)
+    before = timezone.now()
     run = apply(make_run(job))
+    after = timezone.now()
     assert run.status == RunStatus.RETRYING
     assert run.attempt == 2
     assert "RuntimeError: flaky-1: failing on purpose" in run.error
     assert "Traceback" in run.traceback
-    assert 15 <= (run.retry_at - timezone.now()).total_seconds() <= 30
+    # The delay (15-30 s) counts from the failure, between ``before`` and ``after``.
+    assert (run.retry_at - before).total_seconds() >= 15
+    assert (run.retry_at - after).total_seconds() <= 30
     retrying = [extra for s, _, _, extra in received if s is signals.run_retrying]
     assert 15 <= retrying[0]["delay"] <= 30
 
