@@ -37,6 +37,7 @@ WORKLOADS = [
     "run_overhead",
     "cron_speed",
     "ops_scrape",
+    "run_rows",
 ]
 WORKLOAD_TIMEOUT = 3 * 3600  # a stuck workload must not hang the whole run
 
