@@ -124,7 +124,11 @@ def _database() -> dict[str, Any]:
         test_name = test_name or os.path.join(
             tempfile.gettempdir(), f"dcc-test-{os.getpid()}.sqlite3"
         )
-        config.setdefault("OPTIONS", {})["timeout"] = 20
+        # IMMEDIATE: a transaction that reads and then writes (the admin's save) waits for the
+        # write lock at its start; deferred, it failed at once with "database is locked" when a
+        # scheduler or worker process was committing (SQLite does not wait where it could
+        # deadlock).
+        config.setdefault("OPTIONS", {}).update({"timeout": 20, "transaction_mode": "IMMEDIATE"})
     else:
         # One name per test run: parallel runs on one server must not drop each other's DB.
         test_name = test_name or f"test_{config['NAME']}_{os.getpid()}"

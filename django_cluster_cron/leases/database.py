@@ -108,6 +108,22 @@ def private_connection(what: str) -> Iterator[BaseDatabaseWrapper]:
         raise LeaseUnavailable(message) from exc
 
 
+def _refuse_inside_sqlite_write_lock(what: str) -> None:
+    """SQLite has one writer. With ``transaction_mode`` IMMEDIATE (or EXCLUSIVE), the thread's
+    own transaction holds the write lock from its start, so the lease's connection could only
+    wait out the busy timeout and fail: say why at once instead."""
+    caller = connections[_alias()]
+    if caller.vendor != "sqlite" or not caller.in_atomic_block:
+        return
+    mode = str(caller.settings_dict.get("OPTIONS", {}).get("transaction_mode") or "").upper()
+    if mode in ("IMMEDIATE", "EXCLUSIVE"):
+        raise LeaseUnavailable(
+            f"{what}: on SQLite with transaction_mode {mode} this thread's transaction holds "
+            "the database's only write lock, so the lease's own connection cannot write; "
+            "take or release the lease outside transaction.atomic()"
+        )
+
+
 def private_wrapper() -> BaseDatabaseWrapper | None:
     """This thread's lease connection, if it has made one (query counting hooks into it)."""
     return _private.wrapper
@@ -121,8 +137,10 @@ def close_private_connection() -> None:
             wrapper.close()
 
 
-def _run(what: str, action: Callable[[BaseDatabaseWrapper], T]) -> T:
+def _run(what: str, action: Callable[[BaseDatabaseWrapper], T], *, writes: bool = True) -> T:
     """``action`` on this thread's lease connection; database errors as LeaseUnavailable."""
+    if writes:
+        _refuse_inside_sqlite_write_lock(what)
     with private_connection(what) as connection, connection.wrap_database_errors:
         return action(connection)
 
@@ -179,8 +197,10 @@ def live_q(now: Any = None) -> Q:
 class DatabaseLease(OwnedLease):
     """A lease on one ``SchedulerLease`` row, owned by one process through a fresh token."""
 
-    def _run(self, what: str, action: Callable[[BaseDatabaseWrapper], T]) -> T:
-        return _run(f"{what} lease {self.name!r}", action)
+    def _run(
+        self, what: str, action: Callable[[BaseDatabaseWrapper], T], *, writes: bool = True
+    ) -> T:
+        return _run(f"{what} lease {self.name!r}", action, writes=writes)
 
     def try_acquire(self) -> bool:
         ttl = timedelta(seconds=self.ttl)
@@ -233,7 +253,9 @@ class DatabaseLease(OwnedLease):
         return bool(freed)
 
     def holder(self) -> str | None:
-        rows = self._run("reading", lambda c: _select(c, Q(name=self.name) & live_q(), ["token"]))
+        rows = self._run(
+            "reading", lambda c: _select(c, Q(name=self.name) & live_q(), ["token"]), writes=False
+        )
         return str(rows[0][0]) if rows else None
 
     def remaining(self) -> float | None:
@@ -242,6 +264,7 @@ class DatabaseLease(OwnedLease):
             lambda c: _select(
                 c, Q(name=self.name) & live_q(), ["valid_until", "db_now"], db_now=DbNow()
             ),
+            writes=False,
         )
         if not rows:
             return None
@@ -251,7 +274,9 @@ class DatabaseLease(OwnedLease):
     def epoch(self) -> int | None:
         """The fencing epoch of the row while it holds our token (None otherwise)."""
         rows = self._run(
-            "reading", lambda c: _select(c, Q(name=self.name, token=self.token), ["epoch"])
+            "reading",
+            lambda c: _select(c, Q(name=self.name, token=self.token), ["epoch"]),
+            writes=False,
         )
         return int(rows[0][0]) if rows else None
 
@@ -267,8 +292,10 @@ class DatabaseBackend:
     def lease(self, name: str, node_id: str, ttl: float) -> DatabaseLease:
         return DatabaseLease(name, node_id, ttl)
 
-    def _run(self, what: str, action: Callable[[BaseDatabaseWrapper], T]) -> T:
-        return _run(what, action)
+    def _run(
+        self, what: str, action: Callable[[BaseDatabaseWrapper], T], *, writes: bool = True
+    ) -> T:
+        return _run(what, action, writes=writes)
 
     def held(self, prefix: str) -> list[HeldLease]:
         def read(connection: BaseDatabaseWrapper) -> list[tuple[Any, ...]]:
@@ -282,7 +309,7 @@ class DatabaseBackend:
             )
             return list(queryset.query.get_compiler(connection=connection).results_iter())
 
-        rows = self._run("listing leases", read)
+        rows = self._run("listing leases", read, writes=False)
         return [
             HeldLease(
                 name=str(name)[len(prefix) :],

@@ -4,6 +4,7 @@ lost connections. What every backend promises is in test_lease_contract.py."""
 from __future__ import annotations
 
 import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -114,7 +115,14 @@ def test_an_epoch_edited_backwards_fences_the_leader_and_never_lets_an_old_one_w
         pass
 
 
+def sqlite_write_lock_held_by_transactions() -> bool:
+    mode = connection.settings_dict.get("OPTIONS", {}).get("transaction_mode")
+    return connection.vendor == "sqlite" and str(mode).upper() == "IMMEDIATE"
+
+
 def test_a_lock_taken_inside_a_transaction_is_seen_at_once_and_outlives_a_rollback():
+    if sqlite_write_lock_held_by_transactions():
+        pytest.skip("SQLite's transaction holds its only write lock: refused, see the next test")
     lease = DatabaseLease("lock:report", "node-a", ttl=30)
     other = DatabaseLease("lock:report", "node-b", ttl=30)
     seen = []
@@ -129,6 +137,27 @@ def test_a_lock_taken_inside_a_transaction_is_seen_at_once_and_outlives_a_rollba
         take_and_roll_back()
     assert seen == [False]
     assert lease.holder() == lease.token
+    assert lease.release()
+
+
+def test_on_sqlite_a_lease_written_inside_an_immediate_transaction_is_refused_at_once():
+    """The lease's own connection could only wait out the busy timeout (20 s here) and fail;
+    it says why at once. Reads go on."""
+    if not sqlite_write_lock_held_by_transactions():
+        pytest.skip("only SQLite in transaction_mode IMMEDIATE: a transaction holds its write lock")
+    from django_cluster_cron.locks import LockUnavailable, cluster_lock
+
+    lease = DatabaseLease("lock:report", "node-a", ttl=30)
+    started = time.monotonic()
+    with transaction.atomic():
+        with pytest.raises(LeaseUnavailable, match=r"only write lock.*outside transaction\.atomic"):
+            lease.try_acquire()
+        assert lease.holder() is None  # a read is no write
+        refused = pytest.raises(LockUnavailable, match="acquiring lease 'lock:nightly'")
+        with refused, cluster_lock("nightly", backend=DatabaseBackend()):
+            pass
+    assert time.monotonic() - started < 10  # not after the busy timeout (20 s)
+    assert lease.try_acquire()  # outside the transaction
     assert lease.release()
 
 
