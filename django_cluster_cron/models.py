@@ -347,7 +347,7 @@ class JobDefinition(models.Model):
         watermark goes back to ``now`` if it was ahead of it, so the slots withdrawn are planned
         again under the new routing and policy.
         """
-        from .scheduler.store import withdraw_recorded_ahead
+        from .scheduler.runs import withdraw_recorded_ahead
 
         if not withdraw_recorded_ahead(self.pk, after=now, using=using):
             return

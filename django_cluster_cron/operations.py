@@ -18,7 +18,8 @@ from django.db import IntegrityError, transaction
 from . import audit
 from .dbtime import DbNow, database_now
 from .models import JobDefinition, JobRun, RunStatus, RunTrigger
-from .scheduler.store import RunStore, dispatchable_run
+from .scheduler.runs import dispatchable_run
+from .scheduler.store import RunStore
 
 logger = logging.getLogger("django_cluster_cron.operations")
 
@@ -43,7 +44,7 @@ def _activity(job: JobDefinition) -> Counter[str]:
 def publish(runs: list[JobRun]) -> int:
     """Publish pending runs now; mark the ones the broker took ``queued``. Returns that count."""
     from .scheduler.dispatch import CeleryDispatcher, PublishFailed
-    from .scheduler.store import OutboxMessage
+    from .scheduler.outbox import OutboxMessage
 
     pending = [r for r in runs if r.status == RunStatus.PENDING]
     if not pending:

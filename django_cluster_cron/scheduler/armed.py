@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING
 from django.db import DatabaseError
 
 from ..ops import metrics
+from .outbox import OutboxMessage
 from .prepared import PreparedGroup, SendFailed
-from .store import OutboxMessage, RunStore
+from .store import RunStore
 
 if TYPE_CHECKING:
     from .loop import Dispatcher, Health

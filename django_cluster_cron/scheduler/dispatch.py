@@ -34,8 +34,8 @@ from celery import Celery
 from celery.utils.saferepr import saferepr
 
 from . import prepared
+from .outbox import OutboxMessage
 from .prepared import PreparedGroup
-from .store import OutboxMessage
 
 logger = logging.getLogger("django_cluster_cron.scheduler")
 

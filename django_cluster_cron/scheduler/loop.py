@@ -31,8 +31,9 @@ from ..leases import LEADER, Lease, LeaseBackend, LeaseUnavailable, get_backend
 from ..ops import metrics
 from .armed import SEND_EARLY, Armed, SendsArmed
 from .dispatch import PublishFailed
+from .outbox import OutboxMessage
 from .prepared import PreparedGroup
-from .store import FencedOut, OutboxMessage, RunStore
+from .store import FencedOut, RunStore
 
 logger = logging.getLogger("django_cluster_cron.scheduler")
 

@@ -41,7 +41,7 @@ from typing import Any
 from celery import Celery
 
 from ..core.slots import task_id_for
-from .store import OutboxMessage
+from .outbox import OutboxMessage
 
 logger = logging.getLogger("django_cluster_cron.scheduler")
 

@@ -471,7 +471,8 @@ def _after_failure(task: Any, run: JobRun, timer: RunTimer, outcome: Outcome) ->
 
 def _publish_retry(task: Any, run: JobRun, *, eta: datetime, db_now: datetime) -> None:
     from ..scheduler.dispatch import CeleryDispatcher, PublishFailed
-    from ..scheduler.store import OutboxMessage, RunStore
+    from ..scheduler.outbox import OutboxMessage
+    from ..scheduler.store import RunStore
 
     message = OutboxMessage.for_run(run, eta=eta)
     try:

@@ -16,7 +16,7 @@ from django.db.models import F
 from .. import audit, signals
 from ..dbtime import database_now
 from ..models import JobDefinition, JobRun, RunStatus
-from ..scheduler.store import withdraw_recorded_ahead
+from ..scheduler.runs import withdraw_recorded_ahead
 
 logger = logging.getLogger("django_cluster_cron.worker")
 

@@ -371,7 +371,7 @@ class Chaos:
     def _duplicate_messages(self) -> None:
         from django_cluster_cron.models import JobRun
         from django_cluster_cron.scheduler.dispatch import CeleryDispatcher
-        from django_cluster_cron.scheduler.store import OutboxMessage
+        from django_cluster_cron.scheduler.outbox import OutboxMessage
 
         recent = (
             JobRun.objects.select_related("job")

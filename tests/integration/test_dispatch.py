@@ -28,7 +28,8 @@ from django_cluster_cron.scheduler.dispatch import (
     headers_for,
     routing_for,
 )
-from django_cluster_cron.scheduler.store import OutboxMessage, RunStore
+from django_cluster_cron.scheduler.outbox import OutboxMessage
+from django_cluster_cron.scheduler.store import RunStore
 
 pytestmark = pytest.mark.django_db(transaction=True)
 UTC = timezone.utc

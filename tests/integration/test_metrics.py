@@ -150,7 +150,7 @@ def test_a_prefork_worker_adds_up_its_pool_processes(cluster, tmp_path):
         )[0]
     )
     from django_cluster_cron.scheduler.dispatch import CeleryDispatcher
-    from django_cluster_cron.scheduler.store import OutboxMessage
+    from django_cluster_cron.scheduler.outbox import OutboxMessage
 
     runs = []
     first = job.next_run_at

@@ -317,7 +317,7 @@ def test_a_queued_run_whose_message_the_broker_lost_is_sent_again_with_backoff(
 
 
 def test_the_republish_wait_doubles_per_copy_but_is_capped(settings):
-    from django_cluster_cron.scheduler.store import OutboxMessage
+    from django_cluster_cron.scheduler.outbox import OutboxMessage
 
     settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "OUTBOX_REPUBLISH_AFTER": 10}
     made = job("backoff")

@@ -14,7 +14,7 @@ from django_cluster_cron.scheduler.fastinsert import (
     insert_columns,
     insert_ignoring_conflicts,
 )
-from django_cluster_cron.scheduler.store import ROW_FIELDS, RunRow, new_run, run_row
+from django_cluster_cron.scheduler.runs import ROW_FIELDS, RunRow, new_run, run_row
 
 pytestmark = pytest.mark.django_db
 
