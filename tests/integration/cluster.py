@@ -174,6 +174,13 @@ class Cluster:
     def wait_ready(self, name: str, timeout: float = 60) -> None:
         wait_for(lambda: "ready." in self.log(name), timeout, f"worker {name} to start")
 
+    def wait_started(self, name: str, timeout: float = 60) -> None:
+        """Until scheduler ``name`` runs its loop (its start-up is over: on a loaded machine,
+        importing and connecting take seconds that a failover measurement must not count)."""
+        wait_for(
+            lambda: "scheduler.started" in self.log(name), timeout, f"scheduler {name} to start"
+        )
+
     def log(self, name: str) -> str:
         path = self.logs / f"{name}.log"
         return path.read_text() if path.exists() else ""

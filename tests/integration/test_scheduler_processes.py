@@ -67,7 +67,8 @@ def test_sigkill_of_the_leader_hands_over_within_ttl_plus_poll(cluster):
     cluster.start("a")
     wait_for(lambda: first_dispatch_by("a", job), 15, "a to dispatch")
     cluster.start("b")
-    time.sleep(1.5)
+    cluster.wait_started("b")
+    time.sleep(0.5)  # a standby's first tries at the lease
     killed_at = timezone.now()
     cluster.procs["a"].kill()
     took_over = wait_for(lambda: first_dispatch_by("b", job), 15, "b to dispatch")
@@ -83,7 +84,8 @@ def test_sigterm_releases_the_lease_and_a_standby_takes_over_at_once(cluster):
     a = cluster.start("a")
     wait_for(lambda: first_dispatch_by("a", job), 15, "a to dispatch")
     cluster.start("b")
-    time.sleep(1.5)
+    cluster.wait_started("b")
+    time.sleep(0.5)  # a standby's first tries at the lease
     stopped_at = timezone.now()
     a.send_signal(signal.SIGTERM)
     assert a.wait(10) == 0
