@@ -14,6 +14,7 @@ import time
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.db.models import Q
 from django.utils import timezone
 
@@ -99,6 +100,11 @@ def test_sigterm_releases_the_lease_and_a_standby_takes_over_at_once(cluster):
 
 
 def test_a_leader_paused_past_its_ttl_is_fenced_and_writes_nothing_stale(cluster):
+    if connection.vendor == "sqlite":
+        # A leader paused in the milliseconds it commits holds SQLite's file lock, and every
+        # other process waits for it (seen: 'database is locked'); a server database ends
+        # nothing of the sort, so this runs on PostgreSQL and MariaDB.
+        pytest.skip("SQLite: a process paused while it commits locks the file for every other")
     job = every_second_job()
     a = cluster.start("a")
     wait_for(lambda: first_dispatch_by("a", job), 15, "a to dispatch")
@@ -186,8 +192,6 @@ def test_a_redis_outage_pauses_dispatch_and_recovery_catches_up_every_slot(
 
 
 def test_lost_database_connections_are_survived_and_every_slot_still_recorded(cluster):
-    from django.db import connection
-
     if connection.vendor == "sqlite":
         pytest.skip("SQLite has no server whose sessions could be cut")
     job = every_second_job()
