@@ -235,10 +235,14 @@ def test_runs_recorded_ahead_by_a_killed_leader_are_sent_by_the_next_at_their_in
     killed = cluster.procs["a"]
     killed.kill()
     killed.wait()
-    # What a held when it died: its runs recorded and never marked sent, read after the kill (a
-    # loaded machine may let it reach an instant after the check; it then sent those and
-    # recorded the next ones ahead in the same pass).
-    unsent = JobRun.objects.filter(status=RunStatus.PENDING, publish_count=0)
+    killed_at = timezone.now()
+    # What a held when it died: its runs due after its death (it never sends a run before its
+    # due time), read after the kill. Not "pending and never marked sent": a marks the runs it
+    # sent after the rest of its pass, so one killed on a loaded machine just after an instant
+    # leaves runs it did send unmarked, and their dispatcher rightly stays a.
+    unsent = JobRun.objects.filter(
+        status=RunStatus.PENDING, publish_count=0, due_at__gt=killed_at + timedelta(seconds=1)
+    )
     ahead = dict(unsent.values_list("pk", "task_id"))
     assert ahead, "a died holding no run recorded ahead"
     cluster.start("b")
