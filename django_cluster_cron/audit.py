@@ -1,35 +1,29 @@
-"""The audit trail of jobs: who changed what, through which door, and why.
+"""The audit trail of jobs, the part that knows no database: who is acting, and what changed.
 
 Every save of a :class:`~django_cluster_cron.models.JobDefinition` writes a
 :class:`~django_cluster_cron.models.JobChange` in the same transaction, with the fields that changed
-(old and new values). Who made it comes from the context the change runs in::
+(old and new values; the writer is :mod:`django_cluster_cron.models.changes`). Who made it comes
+from the context the change runs in::
 
     with audit.acting("alice", via="admin", user=request.user, note="moved to the night"):
         job.save()
 
 The admin, the API, ``sync_jobs``/``migrate`` and ``import_celery_beat`` set it; a save outside any
 context (a shell, your own code) is recorded with ``via="shell"``. Changes the cluster makes with a
-conditional UPDATE (a pause after repeated failures) call :func:`record` themselves. Operator
+conditional UPDATE (a pause after repeated failures) record the change themselves
+(:func:`django_cluster_cron.models.changes.record_change`). Operator
 actions that are not field changes (run now, backfill) are recorded as actions with a note.
 """
 
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
-
-from .validation import DEFINITION_FIELDS
-
-if TYPE_CHECKING:
-    from .models import JobChange, JobDefinition
-
-# What a change is recorded for; bookkeeping (next_run_at, the watermark, counters) is not.
-AUDITED_FIELDS = ("name", "enabled", "pause_note", *DEFINITION_FIELDS, "deleted_at")
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -96,20 +90,9 @@ def plain(value: Any) -> Any:
     return value
 
 
-def snapshot(values: Mapping[str, Any]) -> dict[str, Any]:
-    return {field: plain(values[field]) for field in AUDITED_FIELDS if field in values}
-
-
-def snapshot_of(job: JobDefinition) -> dict[str, Any]:
-    return snapshot({field: getattr(job, field) for field in AUDITED_FIELDS})
-
-
-def stored_snapshot(job: JobDefinition) -> dict[str, Any] | None:
-    """The job's audited fields as the database holds them now (None if it has no row)."""
-    from .models import JobDefinition
-
-    row = JobDefinition.all_objects.filter(pk=job.pk).values(*AUDITED_FIELDS).first()
-    return None if row is None else snapshot(row)
+def snapshot(values: Mapping[str, Any], fields: Iterable[str]) -> dict[str, Any]:
+    """The ``fields`` of ``values`` that it holds, as JSON can hold them."""
+    return {field: plain(values[field]) for field in fields if field in values}
 
 
 def diff(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, list[Any]]:
@@ -132,39 +115,3 @@ def action_of(before: Mapping[str, Any] | None, after: Mapping[str, Any]) -> str
     if not before.get("enabled") and after.get("enabled"):
         return "resumed"
     return "changed"
-
-
-def record_save(job: JobDefinition, before: Mapping[str, Any] | None) -> JobChange | None:
-    """Record a save of ``job`` (called by ``JobDefinition.save`` inside its transaction)."""
-    after = snapshot_of(job)
-    changes = diff(before or {}, after) if before is not None else after
-    if before is not None and not changes:
-        return None
-    return record(job, action_of(before, after), changes)
-
-
-def record(
-    job: JobDefinition,
-    action: str,
-    changes: Mapping[str, list[Any]] | Mapping[str, Any] | None = None,
-    *,
-    note: str = "",
-    actor: Actor | None = None,
-) -> JobChange:
-    """Write one entry of ``job``'s trail, at the database's time."""
-    from .dbtime import DbNow
-    from .models import JobChange
-
-    who = actor or current()
-    entry = JobChange(
-        job_id=job.pk,
-        actor=who.name,
-        user_id=who.user_id,
-        via=who.via,
-        action=action,
-        changes=dict(changes or {}),
-        note="; ".join(part for part in (note, who.note) if part),
-    )
-    entry.at = DbNow()  # resolved by the INSERT
-    entry.save(force_insert=True)
-    return entry

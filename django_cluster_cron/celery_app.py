@@ -1,4 +1,4 @@
-"""Finding the project's Celery app and the task names it knows."""
+"""Finding the project's Celery app, the task names it knows, and the ones no job may use."""
 
 from __future__ import annotations
 
@@ -10,6 +10,25 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 from .conf import app_settings
+
+# Tasks no job may schedule, with why. The app's own ``execute_run`` is what runs a job: a job
+# that scheduled it would call it without a run to execute, and nothing would run.
+PRIVATE_TASK_PREFIXES = {
+    "celery.": "one of Celery's internal tasks",
+    "django_cluster_cron.": (
+        "one of django-cluster-cron's own tasks (it executes the runs of jobs; a job cannot "
+        "schedule it)"
+    ),
+}
+
+
+def private_task_reason(name: str) -> str | None:
+    """Why ``name`` may not be a job's task (Celery's or this app's own), or None."""
+    for prefix, reason in PRIVATE_TASK_PREFIXES.items():
+        if name.startswith(prefix):
+            return f"{name!r} is {reason} and cannot be scheduled."
+    return None
+
 
 _imported: set[int] = set()
 _import_lock = threading.Lock()
@@ -52,8 +71,6 @@ def registered_task_names(app: Celery | None = None) -> list[str]:
             if key not in _imported:
                 import_task_modules(app)
                 _imported.add(key)
-    from .validation import private_task_reason
-
     return sorted(
         name for name in app.tasks if not name.startswith("_") and not private_task_reason(name)
     )

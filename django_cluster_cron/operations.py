@@ -15,17 +15,15 @@ from datetime import datetime
 
 from django.db import IntegrityError, transaction
 
-from . import audit
 from .dbtime import DbNow, database_now
-from .models import JobDefinition, JobRun, RunStatus, RunTrigger
+from .models import ACTIVE_STATUSES, WAITING_STATUSES, JobDefinition, JobRun, RunStatus, RunTrigger
+from .models.changes import record_change
 from .scheduler.runs import dispatchable_run
 from .scheduler.store import RunStore
 
 logger = logging.getLogger("django_cluster_cron.operations")
 
 BACKFILL_LIMIT = 1000
-ACTIVE = (RunStatus.PENDING, RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.RETRYING)
-CANCELLABLE = (RunStatus.PENDING, RunStatus.QUEUED, RunStatus.RETRYING)
 
 
 class OperationError(Exception):
@@ -34,7 +32,7 @@ class OperationError(Exception):
 
 def _activity(job: JobDefinition) -> Counter[str]:
     counts: Counter[str] = Counter()
-    for status in JobRun.objects.filter(job=job, status__in=ACTIVE).values_list(
+    for status in JobRun.objects.filter(job=job, status__in=ACTIVE_STATUSES).values_list(
         "status", flat=True
     ):
         counts["running" if status == RunStatus.RUNNING else "waiting"] += 1
@@ -75,7 +73,7 @@ def run_now(job: JobDefinition, *, by: str = "admin") -> JobRun:
         raise OperationError("A run for this very instant already exists; try again.") from None
     publish([run])
     run.refresh_from_db()
-    audit.record(job, "run_now", note=f"run {run.pk} ({run.status})")
+    record_change(job, "run_now", note=f"run {run.pk} ({run.status})")
     logger.info("run.manual job=%s run=%s status=%s by=%s", job.pk, run.pk, run.status, by)
     return run
 
@@ -131,7 +129,7 @@ def backfill(
         JobRun.objects.bulk_create(rows, ignore_conflicts=True)
     created = list(JobRun.objects.filter(job=job, task_id__in=[r.task_id for r in rows]))
     publish(created)
-    audit.record(
+    record_change(
         job,
         "backfill",
         note=f"{len(rows)} slots in ({start:%Y-%m-%d %H:%M:%S %Z}, {end:%Y-%m-%d %H:%M:%S %Z}]",
@@ -155,7 +153,7 @@ def retry(run: JobRun) -> JobRun:
 
 def cancel(run: JobRun, *, reason: str = "cancelled by an operator") -> JobRun:
     """Cancel a run that has not started (pending, queued or waiting for a retry)."""
-    updated = JobRun.objects.filter(pk=run.pk, status__in=CANCELLABLE).update(
+    updated = JobRun.objects.filter(pk=run.pk, status__in=WAITING_STATUSES).update(
         status=RunStatus.CANCELLED, reason=reason[:255], finished_at=DbNow()
     )
     if not updated:

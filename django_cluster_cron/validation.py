@@ -1,8 +1,10 @@
-"""Field validation for job definitions, shared by the model's ``clean()``, the admin and the
-scheduler's check of rows that reached the database some other way (raw SQL, an old row).
+"""What a valid job definition is: the checks behind the model's ``clean()`` (and so the admin,
+the API and declarations in code), and the scheduler's and workers' check of rows that reached
+the database some other way (raw SQL, an old row).
 
-Every function raises ``django.core.exceptions.ValidationError`` whose message says what is
-wrong, with which value, and why.
+Every ``clean_*`` function raises ``django.core.exceptions.ValidationError`` whose message says
+what is wrong, with which value, and why. Jobs are read through their attributes: nothing here
+imports the models.
 """
 
 from __future__ import annotations
@@ -11,45 +13,22 @@ import json
 import re
 from collections.abc import Mapping
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured, ValidationError
 
+from .celery_app import private_task_reason, registered_task_names
 from .conf import app_settings
 from .core.cron import CronSchedule, validate_cron, validate_timezone
 from .core.errors import ScheduleError
+from .core.overlap import OverlapPolicy
 
+LIVE_NAME_TAKEN = "A job with this name already exists."
+MAX_JITTER = 3600  # seconds
 MAX_JSON_BYTES = 64 * 1024
 MAX_SLOTS_IN_WINDOW = 10_000
 _TASK_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*([.:\-][A-Za-z0-9_]+)*$")
 _QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:\-]+$")
-
-# What defines a job besides its name: what a person types in the admin or the API, and what code
-# declares (and owns) for a job declared in code. Operators keep ``enabled``/``pause_note``.
-DEFINITION_FIELDS = (
-    "description",
-    "cron",
-    "timezone",
-    "task",
-    "args",
-    "kwargs",
-    "queue",
-    "priority",
-    "expires",
-    "catchup_policy",
-    "catchup_window",
-    "overlap_policy",
-    "max_retries",
-    "retry_backoff",
-    "retry_backoff_max",
-    "on_worker_lost",
-    "soft_time_limit",
-    "time_limit",
-    "start_at",
-    "end_at",
-    "max_runs",
-    "jitter",
-    "pause_after_failures",
-)
 
 
 def _raise(exc: ScheduleError) -> ValidationError:
@@ -70,25 +49,6 @@ def clean_timezone(value: str) -> None:
         raise _raise(exc) from None
 
 
-# Tasks no job may schedule, with why. The app's own ``execute_run`` is what runs a job: a job
-# that scheduled it would call it without a run to execute, and nothing would run.
-PRIVATE_TASK_PREFIXES = {
-    "celery.": "one of Celery's internal tasks",
-    "django_cluster_cron.": (
-        "one of django-cluster-cron's own tasks (it executes the runs of jobs; a job cannot "
-        "schedule it)"
-    ),
-}
-
-
-def private_task_reason(name: str) -> str | None:
-    """Why ``name`` may not be a job's task (Celery's or this app's own), or None."""
-    for prefix, reason in PRIVATE_TASK_PREFIXES.items():
-        if name.startswith(prefix):
-            return f"{name!r} is {reason} and cannot be scheduled."
-    return None
-
-
 def clean_task_name(value: str) -> None:
     """A registered Celery task of the configured app, not Celery's or this app's own, allowed
     by the list."""
@@ -107,8 +67,6 @@ def clean_task_name(value: str) -> None:
         raise ValidationError(
             f"Task {value!r} is not in CLUSTER_CRON['TASK_ALLOWLIST'].", code="task_not_allowed"
         )
-    from .celery_app import registered_task_names
-
     try:
         known = registered_task_names()
     except ImproperlyConfigured as exc:
@@ -190,3 +148,73 @@ def clean_catchup_window(schedule: CronSchedule | None, window: timedelta, now: 
                 "schedule; shorten it so a catch-up stays bounded.",
                 code="window_too_large",
             )
+
+
+def definition_errors(job: Any, now: datetime) -> dict[str, list[ValidationError]]:
+    """Every field error of ``job``'s definition (its name's uniqueness aside), by field."""
+    errors: dict[str, list[ValidationError]] = {}
+
+    def check(field: str, func: Any, *args: Any) -> None:
+        try:
+            func(*args)
+        except ValidationError as exc:
+            errors.setdefault(field, []).append(exc)
+
+    check("cron", clean_cron, job.cron)
+    check("timezone", clean_timezone, job.timezone)
+    check("task", clean_task_name, job.task)
+    check("args", clean_args, job.args)
+    check("kwargs", clean_kwargs, job.kwargs)
+    check("queue", clean_queue, job.queue)
+    schedule = None
+    if "cron" not in errors and "timezone" not in errors:
+        schedule = job.schedule
+    if job.catchup_window is not None:
+        check("catchup_window", clean_catchup_window, schedule, job.catchup_window, now)
+    soft, hard = job.soft_time_limit, job.time_limit
+    if soft and hard and soft >= hard:
+        errors.setdefault("soft_time_limit", []).append(
+            ValidationError(
+                f"The soft time limit ({soft} s) must be below the hard limit ({hard} s) so the "
+                "task can clean up before it is killed."
+            )
+        )
+    if job.start_at and job.end_at and job.end_at <= job.start_at:
+        errors.setdefault("end_at", []).append(
+            ValidationError(
+                f"The end ({job.end_at:%Y-%m-%d %H:%M:%S %Z}) must be after the start "
+                f"({job.start_at:%Y-%m-%d %H:%M:%S %Z})."
+            )
+        )
+    first, most = job.retry_backoff, job.retry_backoff_max
+    if most is not None and first is not None and most < first:
+        errors.setdefault("retry_backoff_max", []).append(
+            ValidationError("The maximum backoff must not be below the first backoff.")
+        )
+    return errors
+
+
+def runtime_problem(job: Any, *, rules_checked: bool = False) -> str | None:
+    """What makes a stored job unusable for the scheduler or a worker, or None.
+
+    Validation normally keeps bad data out; this catches what reached the table anyway (raw SQL,
+    an old row, a manual edit), so that one job is reported and parked instead of breaking the
+    batch it is in. ``rules_checked``: the caller built the job's catch-up rules already.
+    """
+    try:
+        if not rules_checked:
+            job.catchup_rules()
+        job.timing()
+        job.schedule  # noqa: B018 (parses cron and zone)
+    except (ScheduleError, ValueError) as exc:
+        return str(exc)
+    private = private_task_reason(job.task)
+    if private:
+        return private
+    if job.overlap_policy not in {policy.value for policy in OverlapPolicy}:
+        return f"unknown overlap policy {job.overlap_policy!r}"
+    if not isinstance(job.args, list):
+        return f"args must be a JSON list, the row holds {type(job.args).__name__}"
+    if not isinstance(job.kwargs, dict) or not all(isinstance(k, str) for k in job.kwargs):
+        return "kwargs must be a JSON object with string keys"
+    return None

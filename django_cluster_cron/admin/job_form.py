@@ -19,8 +19,8 @@ from ..core.errors import ScheduleError
 from ..core.timezones import available_timezones
 from ..core.timing import SlotTiming
 from ..describe import describe
-from ..models import MAX_JITTER, JobDefinition
-from ..validation import DEFINITION_FIELDS
+from ..models import DEFINITION_FIELDS, JobDefinition
+from ..validation import MAX_JITTER
 
 PREVIEW_COUNT = 10
 # Longer than any valid cron (200) or zone name; the parser reports what is wrong below that.
@@ -105,7 +105,7 @@ def _task_choices(current: str | None) -> list[tuple[str, str]]:
     choices = [(n, n) for n in names if app_settings.task_allowed(n)]
     if current and current not in dict(choices):
         # Keep an unknown stored value visible; the model's clean() explains what is wrong.
-        from ..validation import private_task_reason
+        from ..celery_app import private_task_reason
 
         why = "not allowed" if private_task_reason(current) else "not registered"
         choices.insert(0, (current, f"{current} ({why})"))

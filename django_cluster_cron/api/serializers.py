@@ -10,8 +10,8 @@ from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from ..models import MAX_JITTER, JobChange, JobDefinition, JobRun, RunStatus
-from ..validation import DEFINITION_FIELDS
+from ..models import DEFINITION_FIELDS, JobChange, JobDefinition, JobRun, RunStatus
+from ..validation import MAX_JITTER
 
 # Durations cross the API as seconds (a number), not Django's "HH:MM:SS" text.
 JOB_FIELDS = (

@@ -249,6 +249,13 @@ class CronSchedule:
         return [to_instant(wall, zone, fold=0)]
 
 
+@functools.lru_cache(maxsize=4096)
+def parse_schedule(cron: str, timezone: str) -> CronSchedule:
+    """:meth:`CronSchedule.parse`, remembered: a parsed schedule is immutable, so the scheduler
+    reuses one across ticks and across the jobs that share it."""
+    return CronSchedule.parse(cron, timezone)
+
+
 def fire_times(cron: str, timezone: str, after: datetime, limit: int) -> list[datetime]:
     """The next ``limit`` fire times of ``cron`` in ``timezone`` strictly after ``after``.
 

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from ..validation import DEFINITION_FIELDS
+from ..models.fields import DEFINITION_FIELDS
 
 __all__ = ["CODE_FIELDS", "Declaration", "DeclarationError", "cron", "declarations"]
 

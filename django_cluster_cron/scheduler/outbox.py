@@ -16,8 +16,7 @@ from django.db import connections, router, transaction
 from django.db.models import Case, F, Field, Q, QuerySet, Value, When
 
 from ..conf import app_settings
-from ..models import JobDefinition, JobRun, RunStatus
-from .runs import WAITING_STATUSES
+from ..models import WAITING_STATUSES, JobDefinition, JobRun, RunStatus
 
 # The re-publish wait doubles with each copy up to 2**4 = 16 x OUTBOX_REPUBLISH_AFTER (8 minutes
 # with the default 30 s): bounded copies for a long backlog, a bounded delay for a lost message.

@@ -1,10 +1,9 @@
-"""How a run row is made: an unsaved run of a job for a slot (through its overlap policy),
-the compact row a batch inserts, the reason a slot was missed, and withdrawing the runs recorded
-ahead of a job that changed. Shared by the scheduler's store and the operators' actions."""
+"""How a run row is made: an unsaved run of a job for a slot (through its overlap policy), the
+compact row a batch inserts, and the reason a slot was missed. Shared by the scheduler's store
+and the operators' actions."""
 
 from __future__ import annotations
 
-import logging
 from collections import Counter
 from datetime import datetime
 from typing import NamedTuple
@@ -14,10 +13,6 @@ from ..core.catchup import CatchupPolicy
 from ..core.overlap import OverlapPolicy, overlap_refusal
 from ..core.slots import task_id_for
 from ..models import JobDefinition, JobRun, RunStatus
-
-logger = logging.getLogger("django_cluster_cron.scheduler")
-
-WAITING_STATUSES = (RunStatus.PENDING, RunStatus.QUEUED, RunStatus.RETRYING)
 
 
 def new_run(
@@ -117,18 +112,3 @@ def missed_reason(policy: str) -> str:
         grace = app_settings.ON_TIME_GRACE.total_seconds()
         return f"{late}; catch-up 'none' runs only slots under {grace:g} s late"
     return f"{late}; catch-up policy '{policy}'"
-
-
-def withdraw_recorded_ahead(job_id: int, *, after: datetime, using: str | None = None) -> int:
-    """Delete ``job_id``'s runs recorded ahead and due after ``after``, never published; return
-    how many. The job was paused, deleted, re-timed or re-routed before their time: they were
-    never due under its new definition, and the leader checks that a run it recorded ahead is
-    still there right before it publishes it.
-    """
-    runs = JobRun.objects.using(using) if using else JobRun.objects
-    deleted, _ = runs.filter(
-        job_id=job_id, status=RunStatus.PENDING, publish_count=0, due_at__gt=after
-    ).delete()
-    if deleted:
-        logger.info("runs.withdrawn job=%s count=%s after=%s", job_id, deleted, after.isoformat())
-    return int(deleted)

@@ -39,6 +39,7 @@ from ..core.overlap import OverlapPolicy
 from ..dbtime import DbNow, as_utc
 from ..leases.base import LEADER
 from ..models import (
+    ACTIVE_STATUSES,
     JobDefinition,
     JobRun,
     RunStatus,
@@ -50,7 +51,6 @@ from .fastinsert import insert_ignoring_conflicts
 from .outbox import Outbox, OutboxMessage
 from .runs import (
     ROW_FIELDS,
-    WAITING_STATUSES,
     RunRow,
     missed_reason,
     overlap_refusal_for,
@@ -363,9 +363,9 @@ class RunStore(Outbox):
         activity: dict[int, Counter[str]] = {}
         if not job_ids:
             return activity
-        active = JobRun.objects.filter(
-            job_id__in=job_ids, status__in=[*WAITING_STATUSES, RunStatus.RUNNING]
-        ).values_list("job_id", "status")
+        active = JobRun.objects.filter(job_id__in=job_ids, status__in=ACTIVE_STATUSES).values_list(
+            "job_id", "status"
+        )
         for job_id, status in active:
             counts = activity.setdefault(job_id, Counter())
             counts["running" if status == RunStatus.RUNNING else "waiting"] += 1

@@ -16,7 +16,7 @@ from django.db.models import F
 from .. import audit, signals
 from ..dbtime import database_now
 from ..models import JobDefinition, JobRun, RunStatus
-from ..scheduler.runs import withdraw_recorded_ahead
+from ..models.changes import record_change
 
 logger = logging.getLogger("django_cluster_cron.worker")
 
@@ -55,8 +55,8 @@ def note_failure(job: JobDefinition) -> bool:
         if not paused:
             return False
         # Its runs recorded ahead of their time go with the pause, as with an operator's.
-        withdraw_recorded_ahead(job.pk, after=database_now())
-        audit.record(
+        JobRun.objects.withdraw_recorded_ahead(job.pk, after=database_now())
+        record_change(
             job,
             "paused",
             {"enabled": [True, False], "pause_note": [job.pause_note, note[:255]]},

@@ -30,11 +30,12 @@ from django.db.models import Field, Model
 from django.db.models.expressions import Col
 
 from ..dbtime import DbNow
-from ..models import JobDefinition, JobRun, RunStatus
+from ..models import WAITING_STATUSES, JobDefinition, JobRun, RunStatus
 
 __all__ = ["CLAIMABLE", "claim_run", "finish_run", "seconds_until_due"]
 
-CLAIMABLE = (RunStatus.PENDING, RunStatus.QUEUED, RunStatus.RETRYING)
+# A delivery can only claim a run that waits for a worker.
+CLAIMABLE = WAITING_STATUSES
 
 Converter = Callable[[Any, Any, Any], Any]
 

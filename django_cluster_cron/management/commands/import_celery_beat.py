@@ -20,9 +20,9 @@ from django.core.management.base import CommandError, CommandParser
 from django.db import transaction
 
 from django_cluster_cron import audit
+from django_cluster_cron.celery_app import private_task_reason
 from django_cluster_cron.management.base import ClusterCronCommand
 from django_cluster_cron.models import JobDefinition
-from django_cluster_cron.validation import private_task_reason
 
 
 def _interval_cron(period: str, every: int) -> str | None:

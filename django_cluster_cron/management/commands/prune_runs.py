@@ -10,9 +10,8 @@ from django.utils import timezone
 
 from django_cluster_cron.conf import app_settings
 from django_cluster_cron.management.base import ClusterCronCommand, whole_number
-from django_cluster_cron.models import JobChange, JobRun, RunStatus
+from django_cluster_cron.models import ACTIVE_STATUSES, JobChange, JobRun
 
-ACTIVE = (RunStatus.PENDING, RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.RETRYING)
 BAR_WIDTH = 30
 
 
@@ -54,7 +53,7 @@ class Command(ClusterCronCommand):
         if history_days is not None and history_days < 0:
             raise CommandError("--history-days must be 0 or more.")
         cutoff = timezone.now() - timedelta(days=days)
-        old = JobRun.objects.filter(scheduled_for__lt=cutoff).exclude(status__in=ACTIVE)
+        old = JobRun.objects.filter(scheduled_for__lt=cutoff).exclude(status__in=ACTIVE_STATUSES)
         total = old.count()
         if history_days is not None:
             self._prune_history(timezone.now() - timedelta(days=history_days), options["dry_run"])

@@ -1,0 +1,68 @@
+"""The app's tables: jobs (:mod:`.jobs`), their runs (:mod:`.runs`), what changed jobs
+(:mod:`.changes`) and what the scheduler nodes coordinate through (:mod:`.cluster`); the choices
+of a job's policies (:mod:`.choices`) and the named groups of its fields (:mod:`.fields`).
+
+Import them from here: ``from django_cluster_cron.models import JobDefinition, JobRun``.
+"""
+
+from .changes import JobChange, JobSync
+from .choices import (
+    CatchupPolicy,
+    OverlapPolicy,
+    WorkerLostPolicy,
+    catchup_limits,
+    default_catchup_policy,
+    default_catchup_window,
+    default_overlap_policy,
+)
+from .cluster import ClusterCounter, ClusterStatus, NodeReport, SchedulerLease
+from .fields import (
+    AHEAD_FIELDS,
+    AUDITED_FIELDS,
+    BOOKKEEPING_FIELDS,
+    CLUSTER_FIELDS,
+    DEFINITION_FIELDS,
+    SCHEDULE_FIELDS,
+)
+from .jobs import JobDefinition, JobQuerySet, LiveJobManager
+from .runs import (
+    ACTIVE_STATUSES,
+    FINAL_STATUSES,
+    SCHEDULED_TRIGGERS,
+    WAITING_STATUSES,
+    JobRun,
+    RunStatus,
+    RunTrigger,
+)
+
+__all__ = [
+    "ACTIVE_STATUSES",
+    "AHEAD_FIELDS",
+    "AUDITED_FIELDS",
+    "BOOKKEEPING_FIELDS",
+    "CLUSTER_FIELDS",
+    "DEFINITION_FIELDS",
+    "FINAL_STATUSES",
+    "SCHEDULED_TRIGGERS",
+    "SCHEDULE_FIELDS",
+    "WAITING_STATUSES",
+    "CatchupPolicy",
+    "ClusterCounter",
+    "ClusterStatus",
+    "JobChange",
+    "JobDefinition",
+    "JobQuerySet",
+    "JobRun",
+    "JobSync",
+    "LiveJobManager",
+    "NodeReport",
+    "OverlapPolicy",
+    "RunStatus",
+    "RunTrigger",
+    "SchedulerLease",
+    "WorkerLostPolicy",
+    "catchup_limits",
+    "default_catchup_policy",
+    "default_catchup_window",
+    "default_overlap_policy",
+]

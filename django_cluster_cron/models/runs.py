@@ -1,0 +1,159 @@
+"""The run ledger: one ``JobRun`` row per slot of a job, and the states a run goes through.
+
+How rows are made and move from state to state is :mod:`django_cluster_cron.ledger`; this module
+is the table, its statuses and the groups of statuses the rest of the app reasons with.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import ClassVar
+
+from django.db import models
+
+# Its lines have always been the scheduler's (logging configurations name it).
+logger = logging.getLogger("django_cluster_cron.scheduler")
+
+
+class RunStatus(models.TextChoices):
+    PENDING = "pending"
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCESS = "success"
+    FAILED = "failed"
+    RETRYING = "retrying"
+    MISSED = "missed"
+    SKIPPED = "skipped"
+    CANCELLED = "cancelled"
+
+
+# A run waits for a worker (pending: recorded, not yet sent; queued: sent; retrying: its next
+# attempt is due later). Only a waiting run can be claimed by a delivery, or cancelled.
+WAITING_STATUSES = (RunStatus.PENDING, RunStatus.QUEUED, RunStatus.RETRYING)
+# A run still owes work: waiting, or running on a worker (what the overlap policies count).
+ACTIVE_STATUSES = (*WAITING_STATUSES, RunStatus.RUNNING)
+# A run's fate is decided: nothing changes it any more (an operator may retry a failed one).
+FINAL_STATUSES = (
+    RunStatus.SUCCESS,
+    RunStatus.FAILED,
+    RunStatus.MISSED,
+    RunStatus.SKIPPED,
+    RunStatus.CANCELLED,
+)
+
+
+class RunTrigger(models.TextChoices):
+    SCHEDULE = "schedule"
+    CATCHUP = "catchup"
+    MANUAL = "manual"
+    BACKFILL = "backfill"
+
+
+# The runs a job's schedule makes (what ``max_runs`` counts), as opposed to an operator's.
+SCHEDULED_TRIGGERS = (RunTrigger.SCHEDULE, RunTrigger.CATCHUP)
+
+
+class JobRunManager(models.Manager["JobRun"]):
+    def scheduled_count(self, job_id: int) -> int:
+        """What a job's ``max_runs`` counts, from the ledger: runs its schedule dispatched."""
+        runs = self.filter(job_id=job_id, trigger__in=SCHEDULED_TRIGGERS)
+        return int(runs.exclude(status__in=(RunStatus.MISSED, RunStatus.SKIPPED)).count())
+
+    def withdraw_recorded_ahead(
+        self, job_id: int, *, after: datetime, using: str | None = None
+    ) -> int:
+        """Delete ``job_id``'s runs recorded ahead and due after ``after``, never published;
+        return how many.
+
+        The job was paused, deleted, re-timed or re-routed before their time: they were never
+        due under its new definition. The leader checks that a run it recorded ahead is still
+        there right before it publishes it, so a withdrawn run is never sent.
+        """
+        runs = self.db_manager(using) if using else self
+        deleted, _ = runs.filter(
+            job_id=job_id, status=RunStatus.PENDING, publish_count=0, due_at__gt=after
+        ).delete()
+        if deleted:
+            logger.info(
+                "runs.withdrawn job=%s count=%s after=%s", job_id, deleted, after.isoformat()
+            )
+        return int(deleted)
+
+
+class JobRun(models.Model):
+    """One slot of one job: the outbox row the leader publishes and the ledger of its fate."""
+
+    job = models.ForeignKey("JobDefinition", on_delete=models.CASCADE, related_name="runs")
+    scheduled_for = models.DateTimeField(help_text="The slot (UTC).")
+    due_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When its message may be sent and the run started, no earlier (database time): "
+        "the slot plus the job's jitter. Runs the scheduler recorded ahead wait for it; empty "
+        "for runs an operator started.",
+    )
+    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.PENDING)
+    task_id = models.CharField(max_length=255, unique=True)
+    trigger = models.CharField(max_length=16, choices=RunTrigger.choices)
+    attempt = models.PositiveIntegerField(default=1)
+    dispatched_by = models.CharField(max_length=255, blank=True, help_text="Scheduler node id.")
+    epoch = models.BigIntegerField(null=True, blank=True, help_text="Leader fencing epoch.")
+    queued_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    duration = models.DurationField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(
+        null=True, blank=True, help_text="Last sign of life from the worker running it."
+    )
+    retry_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the next attempt is due (status retrying)."
+    )
+    publish_count = models.PositiveIntegerField(
+        default=0, help_text="How many times its message was sent to the broker."
+    )
+    republish_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="If no worker has started it by then, its message is sent again (the broker "
+        "may have lost it); the wait doubles with every copy.",
+    )
+    worker = models.CharField(max_length=255, blank=True, help_text="Worker hostname and pid.")
+    reason = models.CharField(
+        max_length=255, blank=True, help_text="Why the run was missed, skipped or cancelled."
+    )
+    result = models.TextField(blank=True, help_text="Short repr of the task's return value.")
+    error = models.TextField(blank=True)
+    traceback = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = JobRunManager()
+
+    class Meta:
+        verbose_name = "run"
+        ordering: ClassVar = ["-scheduled_for"]
+        permissions: ClassVar = [
+            ("retry_jobrun", "Can retry failed runs"),
+            ("cancel_jobrun", "Can cancel waiting runs"),
+        ]
+        get_latest_by = "scheduled_for"
+        constraints: ClassVar = [
+            models.UniqueConstraint(
+                fields=["job", "scheduled_for"], name="cluster_cron_run_one_per_slot"
+            ),
+        ]
+        indexes: ClassVar = [
+            models.Index(fields=["status", "scheduled_for"], name="cluster_cron_run_status"),
+            models.Index(fields=["-scheduled_for"], name="cluster_cron_run_recent"),
+            models.Index(fields=["trigger", "scheduled_for"], name="cluster_cron_run_trigger"),
+        ]
+
+    def __str__(self) -> str:
+        """``Run 8 of nightly-report, slot 2026-11-23 12:25:17 UTC (queued)``: the run's own id
+        first (the job's name when it is loaded, else its id)."""
+        job = self.job.name if JobRun.job.is_cached(self) else f"job {self.job_id}"
+        return (
+            f"Run {self.pk} of {job}, slot {self.scheduled_for:%Y-%m-%d %H:%M:%S} UTC "
+            f"({self.status})"
+        )
