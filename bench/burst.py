@@ -37,8 +37,8 @@ DESCRIPTION = (
 
 def sample_message() -> tuple[str, dict[str, Any], dict[str, Any]]:
     """Body, headers and properties of one message exactly as our dispatcher sends it."""
-    from django_cluster_cron.scheduler.dispatch import CeleryDispatcher
-    from django_cluster_cron.scheduler.outbox import OutboxMessage
+    from django_cluster_cron.dispatch.celery import CeleryDispatcher
+    from django_cluster_cron.ledger.outbox import OutboxMessage
 
     message = OutboxMessage(
         run_id=123456,

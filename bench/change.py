@@ -145,14 +145,14 @@ def run_ours(report: Report, n: int, reps: int, cap: float) -> float | None:
     peers.setup_ours(n, peers.IDLE)
     scheduler = build_scheduler(node_id=f"change-{n}")
     seen: dict[str, Any] = {}
-    original = scheduler.store.idle_state
+    original = scheduler.recorder.idle_state
 
     def idle_state() -> Any:
         state = original()
         seen["value"] = state.next_due if state else None
         return state
 
-    scheduler.store.idle_state = idle_state  # type: ignore[method-assign]
+    scheduler.recorder.idle_state = idle_state  # type: ignore[method-assign]
 
     def edit(edited: bool) -> Any:
         job = JobDefinition.objects.get(name=TARGET_NAME)

@@ -7,7 +7,7 @@ Past one leader (docs/explanation/scaling.md) the bound is the database's rate f
 which every leader and every worker shares. For N jobs due at once, each repetition times, on
 the database DATABASE_URL names (default: a fresh SQLite file):
 
-* record: the leader's ``RunStore.schedule_due`` in batches of BATCH_SIZE until nothing is due
+* record: the leader's ``Recorder.schedule_due`` in batches of BATCH_SIZE until nothing is due
   (one fenced transaction a batch: lock the jobs, plan, insert the run rows in one statement,
   advance the jobs, read the rows back), in run rows per second;
 * queued: the leader's ``mark_published`` of those runs, a batch at a time (one fenced UPDATE a
@@ -33,7 +33,7 @@ from _report import Report, parser, sizes_and_reps
 
 DESCRIPTION = (
     "N jobs due at once (one daily cron whose slot is the minute just past). record: "
-    "RunStore.schedule_due batches of BATCH_SIZE until none is due (lock, plan, insert the run "
+    "Recorder.schedule_due batches of BATCH_SIZE until none is due (lock, plan, insert the run "
     "rows, advance the jobs, read back), N / time. queued: mark_published of the N runs in "
     "batches of BATCH_SIZE under the epoch, N / time. claim + finish: claim_run then finish_run "
     "(status success) per run, each its own committed statement, from T threads with their own "
@@ -41,35 +41,37 @@ DESCRIPTION = (
 )
 
 
-def leader() -> tuple[object, int]:
-    from django.utils import timezone
+def leader() -> tuple[object, object]:
+    from django_cluster_cron.ledger.fence import Fence
+    from django_cluster_cron.scheduler.recording import Recorder
 
-    from django_cluster_cron.scheduler.store import RunStore
-
-    store = RunStore()
-    return store, store.claim_leadership("bench", uuid.uuid4().hex, timezone.now())
+    return Recorder(), Fence.claim("bench", uuid.uuid4().hex)
 
 
-def record(store: object, epoch: int, batch: int) -> list[object]:
+def record(store: object, fence: object, batch: int) -> list[object]:
     """Every due job's run, recorded batch by batch; the messages to publish."""
     from django_cluster_cron.dbtime import database_now
 
     messages: list[object] = []
     while True:
         found = store.schedule_due(  # type: ignore[attr-defined]
-            now=database_now(), epoch=epoch, node_id="bench", limit=batch
+            now=database_now(), fence=fence, node_id="bench", limit=batch
         )
         messages.extend(found.messages)
         if found.jobs < batch:
             return messages
 
 
-def mark_queued(store: object, epoch: int, messages: list[object], batch: int) -> None:
+def mark_queued(fence: object, messages: list[object], batch: int) -> None:
     from django_cluster_cron.dbtime import database_now
+    from django_cluster_cron.ledger.outbox import mark_published
 
     for start in range(0, len(messages), batch):
-        store.mark_published(  # type: ignore[attr-defined]
-            messages[start : start + batch], now=database_now(), epoch=epoch, node_id="bench"
+        mark_published(
+            messages[start : start + batch],  # type: ignore[arg-type]
+            now=database_now(),
+            fence=fence,  # type: ignore[arg-type]
+            node_id="bench",
         )
 
 
@@ -77,7 +79,7 @@ def claim_and_finish(runs: list[tuple[int, str]], threads: int) -> int:
     """Each run claimed and finished by one of ``threads`` threads; the runs finished."""
     from django.db import connections
 
-    from django_cluster_cron.worker.statements import claim_run, finish_run
+    from django_cluster_cron.ledger.statements import claim_run, finish_run
 
     done = [0] * threads
     errors: list[BaseException] = []
@@ -138,15 +140,15 @@ def main() -> None:
             for t in threads:
                 cron, _slot = peers.due_cron()
                 peers.setup_ours(n, cron)
-                store, epoch = leader()
+                store, fence = leader()
                 started = time.perf_counter()
-                messages = record(store, epoch, batch)
+                messages = record(store, fence, batch)
                 took = time.perf_counter() - started
                 if len(messages) != n:
                     raise SystemExit(f"recorded {len(messages)} runs for {n} due jobs")
                 recorded.append(n / took)
                 started = time.perf_counter()
-                mark_queued(store, epoch, messages, batch)
+                mark_queued(fence, messages, batch)
                 queued.append(n / (time.perf_counter() - started))
                 runs = list(JobRun.objects.values_list("pk", "task_id"))
                 started = time.perf_counter()

@@ -15,11 +15,13 @@ from datetime import datetime
 
 from django.db import IntegrityError, transaction
 
-from .dbtime import DbNow, database_now
-from .models import ACTIVE_STATUSES, WAITING_STATUSES, JobDefinition, JobRun, RunStatus, RunTrigger
+from .dbtime import database_now
+from .dispatch import default_dispatcher, send_runs
+from .ledger.outbox import OutboxMessage
+from .ledger.rows import activity, dispatchable_run
+from .ledger.transitions import cancel_waiting, retry_failed
+from .models import JobDefinition, JobRun, RunStatus, RunTrigger
 from .models.changes import record_change
-from .scheduler.runs import dispatchable_run
-from .scheduler.store import RunStore
 
 logger = logging.getLogger("django_cluster_cron.operations")
 
@@ -31,19 +33,11 @@ class OperationError(Exception):
 
 
 def _activity(job: JobDefinition) -> Counter[str]:
-    counts: Counter[str] = Counter()
-    for status in JobRun.objects.filter(job=job, status__in=ACTIVE_STATUSES).values_list(
-        "status", flat=True
-    ):
-        counts["running" if status == RunStatus.RUNNING else "waiting"] += 1
-    return counts
+    return activity([job.pk])[job.pk]
 
 
 def publish(runs: list[JobRun]) -> int:
     """Publish pending runs now; mark the ones the broker took ``queued``. Returns that count."""
-    from .scheduler.dispatch import CeleryDispatcher, PublishFailed
-    from .scheduler.outbox import OutboxMessage
-
     pending = [r for r in runs if r.status == RunStatus.PENDING]
     if not pending:
         return 0
@@ -51,14 +45,10 @@ def publish(runs: list[JobRun]) -> int:
         OutboxMessage.for_run(run)
         for run in JobRun.objects.select_related("job").filter(pk__in=[r.pk for r in pending])
     ]
-    try:
-        published = CeleryDispatcher().publish(messages)
-    except PublishFailed as exc:
-        logger.error("operations.publish_failed error=%s (the outbox will retry)", exc.cause)
-        published = exc.published
-    sent = [m for m in messages if m.task_id in published]
-    RunStore().mark_published(sent, now=database_now())
-    return len(sent)
+    sent = send_runs(default_dispatcher(), messages, now=database_now())
+    if sent.failure is not None:
+        logger.error("operations.publish_failed error=%s (the outbox will retry)", sent.failure)
+    return len(sent.messages)
 
 
 def run_now(job: JobDefinition, *, by: str = "admin") -> JobRun:
@@ -140,10 +130,7 @@ def backfill(
 
 def retry(run: JobRun) -> JobRun:
     """Run a failed run again: the same run, the next attempt."""
-    updated = JobRun.objects.filter(pk=run.pk, status=RunStatus.FAILED).update(
-        status=RunStatus.PENDING, attempt=run.attempt + 1, retry_at=None, finished_at=None
-    )
-    if not updated:
+    if not retry_failed(run):
         raise OperationError(f"Run {run.pk} is {run.status}, not failed: only failed runs retry.")
     run.refresh_from_db()
     publish([run])
@@ -153,10 +140,7 @@ def retry(run: JobRun) -> JobRun:
 
 def cancel(run: JobRun, *, reason: str = "cancelled by an operator") -> JobRun:
     """Cancel a run that has not started (pending, queued or waiting for a retry)."""
-    updated = JobRun.objects.filter(pk=run.pk, status__in=WAITING_STATUSES).update(
-        status=RunStatus.CANCELLED, reason=reason[:255], finished_at=DbNow()
-    )
-    if not updated:
+    if not cancel_waiting(run, reason):
         raise OperationError(f"Run {run.pk} is {run.status}: only waiting runs can be cancelled.")
     run.refresh_from_db()
     return run

@@ -53,18 +53,20 @@ def run_due(now: datetime | None = None, *, execute: bool = True) -> list[Any]:
     ``CLUSTER_CRON["LEASE_BACKEND"] = "memory"`` in test settings if there is no Redis.
     """
     from .dbtime import database_now
+    from .ledger.fence import Fence
+    from .ledger.outbox import mark_published
     from .models import JobRun
-    from .scheduler.store import RunStore
+    from .scheduler.recording import Recorder
     from .tasks import execute_run
 
     now = now or database_now()
-    store = RunStore()
-    epoch = store.claim_leadership(TEST_NODE, f"{TEST_NODE}:{uuid.uuid4().hex}", now)
+    recorder = Recorder()
+    fence = Fence.claim(TEST_NODE, f"{TEST_NODE}:{uuid.uuid4().hex}")
     recorded: list[str] = []
     while True:
-        batch = store.schedule_due(now=now, epoch=epoch, node_id=TEST_NODE, limit=500)
+        batch = recorder.schedule_due(now=now, fence=fence, node_id=TEST_NODE, limit=500)
         recorded += [m.task_id for m in batch.messages]
-        store.mark_published(batch.messages, epoch=epoch, now=now)
+        mark_published(batch.messages, now=now, fence=fence)
         if execute:
             # Due at ``now`` by definition, even if the database's own clock has not got there
             # yet (a test that plays "tomorrow at 03:00"): the claim compares with that clock.

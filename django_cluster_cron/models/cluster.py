@@ -17,11 +17,11 @@ class SchedulerLease(models.Model):
     (with the Redis backend the scheduler does it after taking the Redis lease; with the
     database backend the acquiring UPDATE does it, see :mod:`django_cluster_cron.leases.database`)
     and writes the new holder's ``token``. Every leader transaction starts with a conditional
-    ``UPDATE … WHERE epoch = <mine> AND token = <mine>`` on this row (see
-    :meth:`django_cluster_cron.scheduler.store.RunStore.fenced`): it fails once a newer leader
-    has taken over, and while it holds the row lock a newer leader's bump waits for it to
-    commit. So a paused leader that wakes up after its lease expired cannot record, advance or
-    publish anything under its old epoch.
+    ``UPDATE … WHERE epoch = <mine> AND token = <mine>`` on this row (the fence,
+    :mod:`django_cluster_cron.ledger.fence`): it fails once a newer leader has taken over, and
+    while it holds the row lock a newer leader's bump waits for it to commit. So a paused leader
+    that wakes up after its lease expired cannot record, advance or publish anything under its
+    old epoch.
 
     ``valid_until`` and ``ttl`` are used by the database lease backend only (database time).
     """

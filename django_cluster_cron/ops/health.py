@@ -160,9 +160,9 @@ def check_dispatch_lag(status: ClusterStatus) -> Check:
 
 def check_waiting_runs(now: datetime) -> Check:
     """Runs recorded but not started: a worker fleet that is down or far behind."""
-    from ..scheduler.store import RunStore
+    from ..ledger.outbox import oldest_pending_slot
 
-    oldest = RunStore().oldest_pending_slot(now)
+    oldest = oldest_pending_slot(now)
     if oldest is None:
         return Check("waiting_runs", OK, "no run is waiting for a worker")
     age = (now - oldest).total_seconds()

@@ -12,19 +12,20 @@ import heapq
 import itertools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from django.db import DatabaseError
 
+from ..dispatch import Dispatcher, Prepared, SendFailed
+from ..ledger import outbox
+from ..ledger.fence import Fence
+from ..ledger.outbox import OutboxMessage
 from ..ops import metrics
-from .outbox import OutboxMessage
-from .prepared import PreparedGroup, SendFailed
-from .store import RunStore
 
 if TYPE_CHECKING:
-    from .loop import Dispatcher, Health
+    from .loop import Health
 
 logger = logging.getLogger("django_cluster_cron.scheduler")
 
@@ -40,14 +41,14 @@ class Armed:
     """Prepared groups by due time, earliest first; ``count`` is the runs they hold."""
 
     def __init__(self) -> None:
-        self._heap: list[tuple[datetime, int, PreparedGroup]] = []
+        self._heap: list[tuple[datetime, int, Prepared]] = []
         self._order = itertools.count()
         self.count = 0
 
     def __bool__(self) -> bool:
         return bool(self._heap)
 
-    def add(self, groups: list[PreparedGroup]) -> None:
+    def add(self, groups: Sequence[Prepared]) -> None:
         for group in groups:
             heapq.heappush(self._heap, (group.due, next(self._order), group))
             self.count += len(group)
@@ -55,10 +56,10 @@ class Armed:
     def earliest(self) -> datetime | None:
         return self._heap[0][0] if self._heap else None
 
-    def take_due(self, now: datetime, limit: int) -> list[PreparedGroup]:
+    def take_due(self, now: datetime, limit: int) -> list[Prepared]:
         """The groups due by ``now``, earliest first, about ``limit`` runs at most (whole
         groups: at least one)."""
-        taken: list[PreparedGroup] = []
+        taken: list[Prepared] = []
         runs = 0
         while self._heap and self._heap[0][0] <= now and (not taken or runs < limit):
             group = heapq.heappop(self._heap)[2]
@@ -78,11 +79,10 @@ class SendsArmed:
     :class:`~django_cluster_cron.scheduler.loop.Scheduler`."""
 
     armed: Armed
-    store: RunStore
     dispatcher: Dispatcher
     clock: Callable[[], datetime]
     health: Health
-    epoch: int | None
+    fence: Fence | None
     node_id: str
     batch_size: int
     lookahead_runs: int
@@ -103,7 +103,7 @@ class SendsArmed:
 
     def _arm(self, messages: list[OutboxMessage]) -> None:
         """Build the messages of runs recorded ahead and keep them for their instant."""
-        if messages and self.epoch is not None:
+        if messages and self.fence is not None:
             self.armed.add(self.dispatcher.prepare(messages))
             metrics.get().armed.set(self.armed.count)
 
@@ -112,7 +112,7 @@ class SendsArmed:
         are still there to be sent (not withdrawn, cancelled, or sent by another leader) and
         unpack them; at the instant, send them — slice after slice, and only then record them
         sent. None goes out before its due time."""
-        pushed: list[tuple[list[PreparedGroup], list[int], datetime]] = []
+        pushed: list[tuple[list[Prepared], list[int], datetime]] = []
         try:
             self._send_due_slices(pushed)
         finally:
@@ -122,10 +122,8 @@ class SendsArmed:
                 # (runs not recorded ahead), which a long UPDATE must not hold up.
                 self._unmarked.append((sent, at))
 
-    def _send_due_slices(
-        self, pushed: list[tuple[list[PreparedGroup], list[int], datetime]]
-    ) -> None:
-        while self.armed and self.epoch is not None:
+    def _send_due_slices(self, pushed: list[tuple[list[Prepared], list[int], datetime]]) -> None:
+        while self.armed and self.fence is not None:
             groups = self.armed.take_due(self.clock() + SEND_EARLY_DELTA, SEND_SLICE)
             if not groups:
                 return
@@ -133,7 +131,7 @@ class SendsArmed:
                 return
             run_ids = [run_id for group in groups for run_id in group.run_ids]
             try:
-                keep = self.store.unpublished(run_ids)
+                keep = outbox.unpublished(run_ids)
             except DatabaseError:
                 self.armed.add(groups)  # unchecked: not sent; tried again once it is back
                 raise
@@ -161,8 +159,8 @@ class SendsArmed:
         """Record the prepared messages sent this pass as sent (``queued``), each instant's
         with when it went out."""
         sent, self._unmarked = self._unmarked, []
-        if sent and self.epoch is not None:
-            self.store.mark_sent(sent, epoch=self.epoch, node_id=self.node_id)
+        if sent and self.fence is not None:
+            outbox.mark_sent(sent, fence=self.fence, node_id=self.node_id)
 
     def _wait_until(self, due: datetime) -> bool:
         """Sleep until ``due`` (at most SEND_EARLY); False if the clock is not there then."""
@@ -171,7 +169,7 @@ class SendsArmed:
             time.sleep(min(wait, SEND_EARLY))
         return self.clock() >= due
 
-    def _send_groups(self, groups: list[PreparedGroup], keep: set[int]) -> list[int]:
+    def _send_groups(self, groups: list[Prepared], keep: set[int]) -> list[int]:
         try:
             sent = self.dispatcher.send_prepared(groups, keep)
         except SendFailed as exc:  # the rest stay pending: the outbox sends them later
@@ -183,7 +181,7 @@ class SendsArmed:
         self.health.up("broker")
         return sent
 
-    def _sent_prepared(self, groups: list[PreparedGroup], sent: set[int], now: datetime) -> None:
+    def _sent_prepared(self, groups: list[Prepared], sent: set[int], now: datetime) -> None:
         """Lateness (sent at ``now``) and the dispatch log lines of prepared messages."""
         lags = [
             (now - group.due).total_seconds()
@@ -205,7 +203,7 @@ class SendsArmed:
                         group.job_ids[index],
                         group.slot(index).isoformat(),
                         group.task_id(index),
-                        self.epoch,
+                        self.fence.epoch if self.fence else None,
                     )
 
     def _take_over(self) -> None:
@@ -218,7 +216,7 @@ class SendsArmed:
         adopted = 0
         budget = max(self.lookahead_runs, self.batch_size)
         while self.is_leader and adopted < budget:
-            messages = self.store.unpublished_runs(after=after, limit=self.batch_size)
+            messages = outbox.unpublished_runs(after=after, limit=self.batch_size)
             if not messages:
                 break
             adopted += len(messages)

@@ -27,13 +27,15 @@ from django.utils import timezone
 
 from ..conf import NODE_ID_ENV, app_settings
 from ..core.clock import OffsetClock, SkewChange, format_offset
+from ..dispatch import Dispatcher, default_dispatcher, publish
 from ..leases import LEADER, Lease, LeaseBackend, LeaseUnavailable, get_backend
+from ..ledger import outbox
+from ..ledger.fence import Fence, FencedOut
+from ..ledger.outbox import OutboxMessage
+from ..ledger.transitions import recover_lost
 from ..ops import metrics
 from .armed import SEND_EARLY, Armed, SendsArmed
-from .dispatch import PublishFailed
-from .outbox import OutboxMessage
-from .prepared import PreparedGroup
-from .store import FencedOut, RunStore
+from .recording import Recorder
 
 logger = logging.getLogger("django_cluster_cron.scheduler")
 
@@ -49,14 +51,6 @@ STANDBY_CLOCK_CHECK = 30.0
 def default_node_id() -> str:
     """``$CLUSTER_CRON_NODE_ID`` (e.g. a pod name) or ``hostname:pid``."""
     return os.environ.get(NODE_ID_ENV) or f"{socket.gethostname()}:{os.getpid()}"
-
-
-class Dispatcher(Protocol):
-    def publish(self, messages: list[OutboxMessage]) -> list[str]: ...
-
-    def prepare(self, messages: list[OutboxMessage]) -> list[PreparedGroup]: ...
-
-    def send_prepared(self, groups: list[PreparedGroup], keep: set[int]) -> list[int]: ...
 
 
 class Sleeper(Protocol):
@@ -109,7 +103,7 @@ class Scheduler(SendsArmed):
         *,
         node_id: str,
         lease: Lease,
-        store: RunStore,
+        recorder: Recorder,
         dispatcher: Dispatcher,
         sleeper: Sleeper,
         clock: Callable[[], datetime] | None = None,
@@ -124,7 +118,7 @@ class Scheduler(SendsArmed):
         self.lease = lease
         self.backend = backend or get_backend()
         self.lease_dependency = DEPENDENCY.get(self.backend.name, self.backend.name)
-        self.store = store
+        self.recorder = recorder
         self.dispatcher = dispatcher
         self.sleeper = sleeper
         # "Now" is the database's time (DESIGN G7): the host clock corrected by the offset the
@@ -145,7 +139,8 @@ class Scheduler(SendsArmed):
         self.sweep_interval = min(self.republish_after, self.lost_after).total_seconds() / 2
         self.stop = stop or threading.Event()
         self.health = Health()
-        self.epoch: int | None = None
+        # The current leadership term (None while standing by).
+        self.fence: Fence | None = None
         self._renew_at = 0.0
         self._lease_valid_until = 0.0
         self._sweep_at = 0.0
@@ -162,7 +157,11 @@ class Scheduler(SendsArmed):
 
     @property
     def is_leader(self) -> bool:
-        return self.epoch is not None
+        return self.fence is not None
+
+    @property
+    def epoch(self) -> int | None:
+        return None if self.fence is None else self.fence.epoch
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -253,7 +252,7 @@ class Scheduler(SendsArmed):
             # The idle path is this one query, whatever the number of jobs: the epoch, the
             # database's clock and the earliest next run (an indexed MIN).
             sent = self._host_now()
-            state = self.store.idle_state()
+            state = self.recorder.idle_state()
             self._observe_clock(state.db_now if state else None, sent)
             if state is None or (state.epoch, state.token) != (self.epoch, self.lease.token):
                 self._report_epoch_change(state)
@@ -262,7 +261,7 @@ class Scheduler(SendsArmed):
             next_due = state.next_due
             if next_due is not None and next_due <= self._horizon(self.clock()):
                 self._dispatch_due()
-                next_due = self.store.next_due_at()
+                next_due = self.recorder.next_due_at()
             self._mark_sent()
             if time.monotonic() >= self._sweep_at:
                 self._recover_lost()
@@ -357,17 +356,17 @@ class Scheduler(SendsArmed):
         try:
             if self.backend.fences_in_lease:
                 # The acquiring UPDATE bumped the epoch on the lease's own row.
-                epoch = self.store.join_leadership(self.lease.token)
+                fence = Fence.join(self.lease.token)
             else:
-                epoch = self.store.claim_leadership(self.node_id, self.lease.token, self.clock())
+                fence = Fence.claim(self.node_id, self.lease.token)
         except DatabaseError as exc:
             _reset_connections()
             self._quiet_release()
             return self.health.down("db", exc)
         self.health.up("db")
-        if epoch is None:  # the row changed hands between the two statements: not ours
+        if fence is None:  # the row changed hands between the two statements: not ours
             return self.poll_interval
-        self.epoch = epoch
+        self.fence = fence
         self._taking_over = True
         self._lease_valid_until = started + self.lease.ttl
         self._renew_at = started + self.renew_interval
@@ -398,7 +397,7 @@ class Scheduler(SendsArmed):
 
     def _step_down(self, reason: str) -> None:
         logger.warning("lease.lost node=%s epoch=%s reason=%s", self.node_id, self.epoch, reason)
-        self.epoch = None
+        self.fence = None
         self.armed.clear()  # the rows stay: the next leader takes them over
         self._unmarked = []
         self._show_role()
@@ -409,7 +408,7 @@ class Scheduler(SendsArmed):
         found.lease_epoch.set(self.epoch or 0)
 
     def _release(self, reason: str) -> None:
-        epoch, self.epoch = self.epoch, None
+        epoch, self.fence = self.epoch, None
         self.armed.clear()
         self._unmarked = []
         self._show_role()
@@ -453,7 +452,7 @@ class Scheduler(SendsArmed):
         while self.is_leader and not self.stop.is_set():
             if not self._lease_is_fresh() and not self._renew():
                 return
-            assert self.epoch is not None
+            assert self.fence is not None
             self._send_armed()
             now = self.clock()
             horizon = self._horizon(now)
@@ -461,8 +460,8 @@ class Scheduler(SendsArmed):
             if horizon > now:
                 limit = min(limit, self.lookahead_runs - self.armed.count)
             started = time.monotonic()
-            batch = self.store.schedule_due(
-                now=now, epoch=self.epoch, node_id=self.node_id, limit=limit, horizon=horizon
+            batch = self.recorder.schedule_due(
+                now=now, fence=self.fence, node_id=self.node_id, limit=limit, horizon=horizon
             )
             if batch.jobs:
                 took = (time.monotonic() - started) * self.batch_size / batch.jobs
@@ -489,14 +488,14 @@ class Scheduler(SendsArmed):
             slots.labels(outcome="skipped").inc(batch.skipped)
 
     def _recover_lost(self) -> None:
-        assert self.epoch is not None
-        lost = self.store.recover_lost(
-            now=self.clock(), lost_after=self.lost_after, epoch=self.epoch, limit=self.batch_size
+        assert self.fence is not None
+        lost = recover_lost(
+            now=self.clock(), lost_after=self.lost_after, fence=self.fence, limit=self.batch_size
         )
         if not lost:
             return
         from .. import signals
-        from ..worker import failures
+        from ..ledger import failures
 
         for item in lost:
             logger.warning(
@@ -514,7 +513,7 @@ class Scheduler(SendsArmed):
         self._publish([OutboxMessage.for_run(item.run) for item in lost if item.retried])
 
     def _republish_stale(self) -> None:
-        stale = self.store.stale_pending(
+        stale = outbox.stale_pending(
             now=self.clock(), older_than=self.republish_after, limit=self.batch_size
         )
         if stale:
@@ -523,22 +522,20 @@ class Scheduler(SendsArmed):
             self._publish(stale)
         found = metrics.get()
         if found is not metrics.NULL:  # one indexed query per sweep, only when it is exported
-            oldest = self.store.oldest_pending_slot(self.clock())
+            oldest = outbox.oldest_pending_slot(self.clock())
             age = 0.0 if oldest is None else (self.clock() - oldest).total_seconds()
             found.oldest_pending.set(max(age, 0.0))
 
     def _publish(self, messages: list[OutboxMessage]) -> None:
-        if not messages or self.epoch is None:
+        if not messages or self.fence is None:
             return
-        try:
-            published = self.dispatcher.publish(messages)
-        except PublishFailed as exc:  # the rest stay pending: the outbox sends them later
-            self.health.down("broker", exc.cause)
-            published = exc.published
-            metrics.get().publish_failures.inc(len(messages) - len(published))
+        result = publish(self.dispatcher, messages)
+        if result.failure is not None:  # the rest stay pending: the outbox sends them later
+            self.health.down("broker", result.failure)
+            metrics.get().publish_failures.inc(len(messages) - len(result.messages))
         else:
             self.health.up("broker")
-        sent_ids = set(published)  # membership tests below: a batch is hundreds of messages
+        sent_ids = {m.task_id for m in result.messages}
         on_time = [m for m in messages if m.task_id in sent_ids and m.trigger == "schedule"]
         if on_time:
             now = self.clock()
@@ -556,9 +553,9 @@ class Scheduler(SendsArmed):
                         message.trigger,
                         self.epoch,
                     )
-        _fault_point("after_publish")
-        sent = [m for m in messages if m.task_id in sent_ids]
-        self.store.mark_published(sent, epoch=self.epoch, now=self.clock(), node_id=self.node_id)
+        outbox.mark_published(
+            result.messages, now=self.clock(), fence=self.fence, node_id=self.node_id
+        )
 
     def _report_invalid(self, invalid: list[tuple[int, str]]) -> None:
         for job_id, error in invalid:
@@ -612,8 +609,6 @@ def build_scheduler(
     **overrides: Any,
 ) -> Scheduler:
     """A scheduler wired to the project's lease backend, database and Celery app."""
-    from .dispatch import CeleryDispatcher
-
     node = node_id or default_node_id()
     backend: LeaseBackend = overrides.pop("backend", None) or get_backend()
     lease = backend.lease(LEADER, node, app_settings.LEASE_TTL if ttl is None else ttl)
@@ -623,8 +618,8 @@ def build_scheduler(
     return Scheduler(
         node_id=node,
         lease=lease,
-        store=overrides.pop("store", None) or RunStore(),
-        dispatcher=overrides.pop("dispatcher", None) or CeleryDispatcher(),
+        recorder=overrides.pop("recorder", None) or Recorder(),
+        dispatcher=overrides.pop("dispatcher", None) or default_dispatcher(),
         sleeper=sleeper,
         poll_interval=poll_interval,
         stop=stop,

@@ -13,7 +13,7 @@
    and skips any further one.
 3. **Run** — the job's registered task is called in-process with the job's args and kwargs while a
    heartbeat thread stamps ``heartbeat_at``; the leader declares a run whose heartbeat stops
-   *lost* (see :meth:`django_cluster_cron.scheduler.store.RunStore.recover_lost`).
+   *lost* (see :func:`django_cluster_cron.ledger.transitions.recover_lost`).
 4. **Record** — ``success`` with a short result and duration only when the body returned; on an
    exception either the next attempt (same run, ``attempt + 1``, status ``retrying``,
    re-published with a countdown of exponential backoff with jitter) or, after the last attempt,
@@ -50,13 +50,16 @@ from django.utils import timezone
 from .. import signals
 from ..conf import app_settings
 from ..core.retry import retry_delay
-from ..dbtime import DbNow
+from ..dispatch import send_runs
+from ..dispatch.celery import CeleryDispatcher
 from ..leases.lock import ClusterLock, LockUnavailable
+from ..ledger import failures
+from ..ledger.outbox import OutboxMessage
+from ..ledger.statements import claim_run, finish_run, seconds_until_due
+from ..ledger.transitions import record_discarded
 from ..models import JobDefinition, JobRun, RunStatus
 from ..ops import metrics
-from . import failures
 from .heartbeat import RunHeartbeat
-from .statements import CLAIMABLE, claim_run, finish_run, seconds_until_due
 
 logger = logging.getLogger("django_cluster_cron.worker")
 
@@ -470,19 +473,12 @@ def _after_failure(task: Any, run: JobRun, timer: RunTimer, outcome: Outcome) ->
 
 
 def _publish_retry(task: Any, run: JobRun, *, eta: datetime, db_now: datetime) -> None:
-    from ..scheduler.dispatch import CeleryDispatcher, PublishFailed
-    from ..scheduler.outbox import OutboxMessage
-    from ..scheduler.store import RunStore
-
-    message = OutboxMessage.for_run(run, eta=eta)
-    try:
-        CeleryDispatcher(task.app).publish([message])
-    except PublishFailed as exc:
-        # The run stays 'retrying'; the leader's outbox sweep publishes it once overdue.
-        logger.error("run.retry_publish_failed run=%s error=%s", run.pk, exc.cause)
-        return
     # The re-publish deadline counts from the retry time in database time, like the leader's.
-    RunStore().mark_published([dataclasses.replace(message, eta=run.retry_at)], now=db_now)
+    message = OutboxMessage.for_run(run, eta=eta)
+    sent = send_runs(CeleryDispatcher(task.app), [message], now=db_now, not_before=run.retry_at)
+    if sent.failure is not None:
+        # The run stays 'retrying'; the leader's outbox sweep publishes it once overdue.
+        logger.error("run.retry_publish_failed run=%s error=%s", run.pk, sent.failure)
 
 
 def _short(result: Any) -> str:
@@ -507,26 +503,17 @@ def on_revoked(request: Any, terminated: bool, signum: Any, expired: bool) -> No
     task_id = getattr(request, "id", None)
     if not (_is_id(run_id) and _is_id(attempt) and task_id):
         return
-    runs = JobRun.objects.filter(pk=run_id, task_id=task_id, attempt=attempt)
-    if terminated:
-        reason = f"terminated while running: revoked in Celery (signal {signum})"
-        fields: dict[str, Any] = {"status": RunStatus.CANCELLED, "error": reason}
-        runs = runs.filter(status=RunStatus.RUNNING)
-    elif expired:
-        reason = "its message expired before a worker took it (the job's expires option)"
-        fields = {"status": RunStatus.MISSED}
-        runs = runs.filter(status__in=CLAIMABLE)
-    else:
-        reason = "revoked in Celery before it started"
-        fields = {"status": RunStatus.CANCELLED}
-        runs = runs.filter(status__in=CLAIMABLE)
+    assert isinstance(run_id, int)
+    assert isinstance(attempt, int)
     try:
-        updated = _with_fresh_connection(
-            lambda: runs.update(reason=reason[:255], finished_at=DbNow(), **fields)
+        status = _with_fresh_connection(
+            lambda: record_discarded(
+                run_id, str(task_id), attempt, terminated=terminated, expired=expired, signum=signum
+            )
         )
     except Exception as exc:  # the message is gone either way; the outbox may send it again
         logger.error("run.revoke_not_recorded run=%s error=%s", run_id, exc)
         return
-    if updated:
-        logger.warning("run.revoked run=%s task_id=%s status=%s", run_id, task_id, fields["status"])
-        metrics.get().runs.labels(outcome=OUTCOMES[fields["status"]]).inc()
+    if status is not None:
+        logger.warning("run.revoked run=%s task_id=%s status=%s", run_id, task_id, status)
+        metrics.get().runs.labels(outcome=OUTCOMES[RunStatus(status)]).inc()

@@ -369,9 +369,9 @@ class Chaos:
         return False
 
     def _duplicate_messages(self) -> None:
+        from django_cluster_cron.dispatch.celery import CeleryDispatcher
+        from django_cluster_cron.ledger.outbox import OutboxMessage
         from django_cluster_cron.models import JobRun
-        from django_cluster_cron.scheduler.dispatch import CeleryDispatcher
-        from django_cluster_cron.scheduler.outbox import OutboxMessage
 
         recent = (
             JobRun.objects.select_related("job")

@@ -13,13 +13,13 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from django_cluster_cron.dispatch.celery import CeleryDispatcher
 from django_cluster_cron.leases import LEADER
 from django_cluster_cron.leases.database import DatabaseBackend
 from django_cluster_cron.leases.redis import RedisBackend
 from django_cluster_cron.models import JobDefinition
-from django_cluster_cron.scheduler.dispatch import CeleryDispatcher
 from django_cluster_cron.scheduler.loop import Scheduler
-from django_cluster_cron.scheduler.store import RunStore
+from django_cluster_cron.scheduler.recording import Recorder
 from django_cluster_cron.testing import NoWait
 
 UTC = timezone.utc
@@ -65,7 +65,7 @@ def make_scheduler(redis_client, settings, lease_kind):
             node_id=node,
             lease=backend.lease(LEADER, node, ttl),
             backend=backend,
-            store=RunStore(),
+            recorder=Recorder(),
             dispatcher=dispatcher or CeleryDispatcher(),
             sleeper=NoWait(),
             clock=clock,

@@ -1,6 +1,6 @@
 """The dispatcher's fast publish path against a real Redis broker, and the store's batch I/O.
 
-The dispatcher builds and sends messages without ``app.send_task`` (see scheduler/dispatch.py);
+The dispatcher builds and sends messages without ``app.send_task`` (see dispatch/celery/sender.py);
 these tests hold it to sending what ``send_task`` sends, firing Celery's publish signals, and
 counting as published only what reached the broker. A real worker running these messages is
 covered by test_worker.py (``test_three_copies_to_two_workers_execute_the_body_once``) and
@@ -18,18 +18,19 @@ from typing import Any
 import pytest
 from celery.signals import after_task_publish, before_task_publish
 
-from django_cluster_cron.models import JobDefinition, JobRun, RunStatus
-from django_cluster_cron.scheduler import dispatch
-from django_cluster_cron.scheduler.dispatch import (
+import django_cluster_cron.dispatch.celery as adapter
+from django_cluster_cron.dispatch import PublishFailed
+from django_cluster_cron.dispatch.celery import CeleryDispatcher, sender
+from django_cluster_cron.dispatch.celery.sender import (
     EXECUTE_TASK,
     PUBLISH_RETRY_POLICY,
-    CeleryDispatcher,
-    PublishFailed,
     headers_for,
     routing_for,
 )
-from django_cluster_cron.scheduler.outbox import OutboxMessage
-from django_cluster_cron.scheduler.store import RunStore
+from django_cluster_cron.ledger.fence import Fence
+from django_cluster_cron.ledger.outbox import OutboxMessage, mark_published
+from django_cluster_cron.models import JobDefinition, JobRun, RunStatus
+from django_cluster_cron.scheduler.recording import Recorder
 
 pytestmark = pytest.mark.django_db(transaction=True)
 UTC = timezone.utc
@@ -151,8 +152,8 @@ def test_every_message_fires_celerys_publish_signals_in_order(redis_client):
 def test_a_failure_mid_batch_reports_exactly_what_reached_the_broker(
     redis_client, monkeypatch, pipeline
 ):
-    monkeypatch.setattr(dispatch, "PIPELINE_SIZE", 2)
-    original = dispatch.BatchSender.send
+    monkeypatch.setattr(adapter, "PIPELINE_SIZE", 2)
+    original = sender.BatchSender.send
     calls = []
 
     def failing_send(self, msg):
@@ -161,7 +162,7 @@ def test_a_failure_mid_batch_reports_exactly_what_reached_the_broker(
             raise ConnectionError("broker went away")
         original(self, msg)
 
-    monkeypatch.setattr(dispatch.BatchSender, "send", failing_send)
+    monkeypatch.setattr(sender.BatchSender, "send", failing_send)
     batch = [message(n) for n in range(5)]
 
     with pytest.raises(PublishFailed) as failed:
@@ -190,8 +191,8 @@ def test_if_celerys_internals_moved_every_message_goes_through_send_task(
     def moved(self, app):
         raise AttributeError("'Celery' object has no attribute '_tasks'")
 
-    monkeypatch.setattr(dispatch.BatchSender, "_prepare", moved)
-    monkeypatch.setattr(dispatch, "_slow_path_reported", [])
+    monkeypatch.setattr(sender.BatchSender, "_prepare", moved)
+    monkeypatch.setattr(sender, "_slow_path_reported", [])
     app = celery_app()
     sent_by_send_task = []
     real_send_task = app.send_task
@@ -236,7 +237,7 @@ def test_a_recorded_batch_yields_the_same_messages_as_its_rows():
     make_job("routed", queue="reports", priority=4, expires=90, soft_time_limit=5, time_limit=9)
     now = datetime(2030, 1, 1, 12, 0, 1, tzinfo=UTC)
 
-    batch = RunStore().schedule_due(now=now, epoch=5, node_id="n", limit=10)
+    batch = Recorder().schedule_due(now=now, fence=Fence(5), node_id="n", limit=10)
 
     runs = JobRun.objects.select_related("job").order_by("scheduled_for", "pk")
     assert batch.messages == [OutboxMessage.for_run(run) for run in runs]
@@ -264,7 +265,7 @@ def test_mark_published_queues_pending_runs_and_leaves_other_waiting_statuses():
     now = slot + timedelta(seconds=1)
     messages = [OutboxMessage.for_run(JobRun.objects.get(pk=r.pk)) for r in (pending, retrying)]
 
-    RunStore().mark_published(messages, now=now, epoch=1)
+    mark_published(messages, now=now, fence=Fence(1))
 
     pending.refresh_from_db()
     retrying.refresh_from_db()

@@ -18,8 +18,8 @@ from django_cluster_cron.leases.database import (
     close_private_connection,
     private_wrapper,
 )
+from django_cluster_cron.ledger.fence import Fence, FencedOut
 from django_cluster_cron.models import SchedulerLease
-from django_cluster_cron.scheduler.store import FencedOut, RunStore
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -97,21 +97,20 @@ def test_a_hand_edited_row_is_not_trusted_into_blocking_leadership(edit):
 
 
 def test_an_epoch_edited_backwards_fences_the_leader_and_never_lets_an_old_one_write():
-    store = RunStore()
     lease = DatabaseLease(LEADER, "node-a", ttl=30)
     for _ in range(5):  # five leaderships: epochs 1..5, the last one ours
         SchedulerLease.objects.filter(name=LEADER).update(token="gone", valid_until=None)
         assert lease.try_acquire()
-    epoch = store.join_leadership(lease.token)
-    assert epoch == 5
+    fence = Fence.join(lease.token)
+    assert fence is not None
+    assert fence.epoch == 5
     SchedulerLease.objects.filter(name=LEADER).update(epoch=3)
 
-    with pytest.raises(FencedOut), store.fenced(epoch, database_now()):
+    with pytest.raises(FencedOut), fence.transaction(database_now()):
         pass
     # The process that led at epoch 3 long ago wakes up: the epoch matches, its token does not.
-    old = RunStore()
-    old.token = "node-old:0123"
-    with pytest.raises(FencedOut), old.fenced(3, database_now()):
+    old = Fence(3, "node-old:0123")
+    with pytest.raises(FencedOut), old.transaction(database_now()):
         pass
 
 

@@ -18,8 +18,9 @@ from django.utils import timezone
 
 from django_cluster_cron import signals
 from django_cluster_cron.celery_app import registered_task_names
+from django_cluster_cron.ledger.fence import Fence
 from django_cluster_cron.models import JobDefinition, JobRun, RunStatus
-from django_cluster_cron.scheduler.store import RunStore
+from django_cluster_cron.scheduler.recording import Recorder
 from django_cluster_cron.tasks import execute_run
 from django_cluster_cron.worker.execute import CalledDirectly
 from tests.integration.cluster import wait_for
@@ -59,10 +60,9 @@ def test_a_job_row_that_names_the_apps_own_task_is_parked_by_the_scheduler():
     JobDefinition.objects.filter(pk=job.pk).update(task="django_cluster_cron.execute_run")
     job.refresh_from_db()
     assert "django-cluster-cron's own tasks" in (job.runtime_problem() or "")
-    store = RunStore()
-    epoch = store.claim_leadership("node", "token", timezone.now())
-    batch = store.schedule_due(
-        now=timezone.now() + timedelta(seconds=2), epoch=epoch, node_id="node", limit=10
+    fence = Fence.claim("node", "token")
+    batch = Recorder().schedule_due(
+        now=timezone.now() + timedelta(seconds=2), fence=fence, node_id="node", limit=10
     )
     assert [job_id for job_id, _ in batch.invalid] == [job.pk]
     assert not JobRun.objects.filter(job=job).exists()

@@ -19,9 +19,9 @@ from django_cluster_cron import operations
 from django_cluster_cron.core.timing import jitter_offset
 from django_cluster_cron.dbtime import database_now
 from django_cluster_cron.leases import LEADER
+from django_cluster_cron.ledger.outbox import stale_pending
 from django_cluster_cron.models import JobDefinition, JobRun, RunStatus, RunTrigger
 from django_cluster_cron.querycount import count_queries
-from django_cluster_cron.scheduler.store import RunStore
 from tests.integration.inprocess import LEASES, T0, Clock, backend_of, job, queued_messages
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -179,7 +179,7 @@ def test_a_job_changed_inside_the_look_ahead_never_gets_its_stale_run_published(
 def test_a_job_paused_by_its_failures_policy_loses_its_runs_recorded_ahead(
     make_scheduler, redis_client
 ):
-    from django_cluster_cron.worker import failures
+    from django_cluster_cron.ledger import failures
 
     clock, t0 = near_now()
     fragile = minutely("fragile", t0, pause_after_failures=1)
@@ -321,8 +321,7 @@ def test_the_outbox_sweep_never_sends_a_run_before_it_is_due(settings):
         task_id=ahead.task_id_for(T0),
         trigger=RunTrigger.SCHEDULE,
     )
-    store = RunStore()
-    sweep = store.stale_pending
+    sweep = stale_pending
     later = timedelta(seconds=0.01)
     assert sweep(now=T0 - timedelta(seconds=1), older_than=later, limit=10) == []
     assert sweep(now=T0, older_than=later, limit=10) == []  # due, but not yet overdue

@@ -149,8 +149,8 @@ def test_a_prefork_worker_adds_up_its_pool_processes(cluster, tmp_path):
             "the worker's metrics endpoint",
         )[0]
     )
-    from django_cluster_cron.scheduler.dispatch import CeleryDispatcher
-    from django_cluster_cron.scheduler.outbox import OutboxMessage
+    from django_cluster_cron.dispatch.celery import CeleryDispatcher
+    from django_cluster_cron.ledger.outbox import OutboxMessage
 
     runs = []
     first = job.next_run_at

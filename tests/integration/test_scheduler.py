@@ -17,11 +17,12 @@ import pytest
 from django.db import connection
 from django.utils import timezone as dj_timezone
 
+from django_cluster_cron.dispatch.celery import EXECUTE_TASK, CeleryDispatcher
 from django_cluster_cron.leases import LEADER
+from django_cluster_cron.ledger.fence import Fence
+from django_cluster_cron.ledger.outbox import OutboxMessage, mark_published
 from django_cluster_cron.models import JobDefinition, JobRun, RunStatus, RunTrigger
 from django_cluster_cron.querycount import count_queries
-from django_cluster_cron.scheduler.dispatch import EXECUTE_TASK, CeleryDispatcher
-from django_cluster_cron.scheduler.store import RunStore
 from tests.integration.inprocess import LEASES, T0, Clock, backend_of, job, queued_messages
 from tests.integration.leases import wait_until
 
@@ -141,7 +142,7 @@ def test_a_stale_leader_is_fenced_out_and_writes_nothing(make_scheduler, redis_c
     new = backend_of(lease_kind).lease(LEADER, "node-new", 5)
     assert wait_until(new.try_acquire, 3)
     if lease_kind == "redis":
-        RunStore().claim_leadership("node-new", new.token, clock())
+        Fence.claim("node-new", new.token)
     job("due-now", watermark=T0 - timedelta(seconds=30))
 
     old.step()
@@ -317,7 +318,6 @@ def test_a_queued_run_whose_message_the_broker_lost_is_sent_again_with_backoff(
 
 
 def test_the_republish_wait_doubles_per_copy_but_is_capped(settings):
-    from django_cluster_cron.scheduler.outbox import OutboxMessage
 
     settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "OUTBOX_REPUBLISH_AFTER": 10}
     made = job("backoff")
@@ -334,7 +334,7 @@ def test_the_republish_wait_doubles_per_copy_but_is_capped(settings):
     for count in (0, 1, 2, 3, 4, 5, 20):
         JobRun.objects.filter(pk=run.pk).update(publish_count=count)
         run.refresh_from_db()
-        RunStore().mark_published([OutboxMessage.for_run(run)], now=now)
+        mark_published([OutboxMessage.for_run(run)], now=now)
         run.refresh_from_db()
         waits.append((run.republish_at - now).total_seconds())
         assert run.publish_count == count + 1

@@ -8,13 +8,13 @@ from typing import Any
 import pytest
 from django.db import models
 
-from django_cluster_cron.models import JobDefinition, JobRun, RunStatus, RunTrigger
-from django_cluster_cron.scheduler.fastinsert import (
+from django_cluster_cron.ledger.fastinsert import (
     FastInsertError,
     insert_columns,
     insert_ignoring_conflicts,
 )
-from django_cluster_cron.scheduler.runs import ROW_FIELDS, RunRow, new_run, run_row
+from django_cluster_cron.ledger.rows import ROW_FIELDS, RunRow, new_run, run_row
+from django_cluster_cron.models import JobDefinition, JobRun, RunStatus, RunTrigger
 
 pytestmark = pytest.mark.django_db
 

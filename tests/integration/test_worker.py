@@ -20,9 +20,9 @@ from django.utils import timezone
 
 from django_cluster_cron import signals
 from django_cluster_cron.dbtime import database_now
+from django_cluster_cron.dispatch.celery import CeleryDispatcher
+from django_cluster_cron.ledger.outbox import OutboxMessage
 from django_cluster_cron.models import JobDefinition, JobRun, RunStatus, RunTrigger
-from django_cluster_cron.scheduler.dispatch import CeleryDispatcher
-from django_cluster_cron.scheduler.outbox import OutboxMessage
 from django_cluster_cron.tasks import execute_run
 from django_cluster_cron.worker.execute import duplicate_deliveries
 from tests.integration.cluster import cut_other_connections, wait_for

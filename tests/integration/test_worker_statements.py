@@ -8,8 +8,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from django.db.models import Model
 
+from django_cluster_cron.ledger.statements import claim_run, finish_run
 from django_cluster_cron.models import JobDefinition, JobRun, RunStatus
-from django_cluster_cron.worker.statements import claim_run, finish_run
 from tests.integration.test_worker import make_job, make_run
 
 pytestmark = pytest.mark.django_db

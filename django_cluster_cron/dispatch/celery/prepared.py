@@ -5,7 +5,7 @@ their messages then, so that when thousands of jobs share an instant (everyone s
 top of the hour) all that is left at that instant is to hand finished messages to the broker.
 
 On kombu's Redis transport (kombu >= 5.7, whose producers can batch) a message is built exactly
-as :class:`~django_cluster_cron.scheduler.dispatch.BatchSender` sends it — Celery's message
+as :class:`~django_cluster_cron.dispatch.celery.sender.BatchSender` sends it — Celery's message
 builder and sender, its signals, kombu's routing and serialization — except that the final Redis
 command is collected instead of run: kombu hands it to a publish batch, and during preparation
 the batch is ours. Each message must come out as one ``LPUSH`` of its payload onto its queue's
@@ -40,8 +40,10 @@ from typing import Any
 
 from celery import Celery
 
-from ..core.slots import task_id_for
-from .outbox import OutboxMessage
+from ...core.slots import task_id_for
+from ...ledger.outbox import OutboxMessage
+from ..port import SendFailed
+from .sender import BatchSender
 
 logger = logging.getLogger("django_cluster_cron.scheduler")
 
@@ -52,15 +54,6 @@ PUSH_SIZE = 1000
 PIPELINE_COMMANDS = 2
 # Redis commands that deliver a message: refused while messages are prepared.
 _DELIVERIES = frozenset({"LPUSH", "RPUSH", "LPUSHX", "RPUSHX", "PUBLISH", "SPUBLISH"})
-
-
-class SendFailed(Exception):
-    """Sending prepared messages failed; ``sent`` lists the runs whose messages got through."""
-
-    def __init__(self, sent: list[int], cause: BaseException) -> None:
-        super().__init__(f"sending prepared messages failed after {len(sent)}: {cause}")
-        self.sent = sent
-        self.cause = cause
 
 
 class WouldSend(RuntimeError):
@@ -219,8 +212,6 @@ def prepare(app: Celery, messages: Sequence[OutboxMessage], *, fast: bool) -> li
     for the ordinary publish at the instant (which reports the broker and leaves the runs to
     the outbox if it is still down then).
     """
-    from .dispatch import BatchSender
-
     ordered = sorted(messages, key=lambda m: (m.due, m.run_id))
     chunks: list[list[OutboxMessage]] = []
     for message in ordered:

@@ -1,36 +1,24 @@
-"""The scheduler's database adapter: leadership epochs, fenced writes, due jobs (the run outbox
-is :mod:`.outbox`, how a run row is made :mod:`.runs`).
+"""The leader's recording: plan and record due jobs' runs in fenced batches, and the idle tick's
+one query.
 
-Every write a leader makes goes through :meth:`RunStore.fenced`, which opens a transaction whose
-first statement is ``UPDATE scheduler_lease SET last_write_at = now WHERE name = 'leader' AND
-epoch = <mine> AND token = <mine>``. If a newer leader has taken over, no row matches and
-:class:`FencedOut` is raised before anything is written. If the row matches, the statement holds
-the row's lock until commit (PostgreSQL and InnoDB row lock; SQLite's database write lock), so a
-newer leader's epoch bump waits for this transaction and every later one of the old leader
-fails. The token makes the fence hold even if the epoch column is edited backwards by hand: an
-old leader's epoch may come round again, its token never does. Together with the unique
-constraint on (job, scheduled_for) this is what makes "one run per slot" hold when two processes
-both believe they lead; the lease only keeps that situation rare.
+Each batch is one transaction behind the leader's fence (:mod:`django_cluster_cron.ledger.fence`):
+lock the batch's job rows, plan each with the pure core, apply the overlap policy, insert every
+run/missed/skipped row in one statement (a row that already exists is left alone: the unique
+constraint on (job, slot)), advance the jobs' bookkeeping, and read back the pending runs to
+publish. How a row is made is :mod:`django_cluster_cron.ledger.rows`.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from django.db import connections, router, transaction
-from django.db.models import (
-    DateTimeField,
-    F,
-    Func,
-    Min,
-    Subquery,
-)
+from django.db import connections, router
+from django.db.models import DateTimeField, F, Func, Min, Subquery
 
 from ..core.ahead import AheadPlan, plan_ahead
 from ..core.catchup import CatchupRules, SlotPlan, plan_slots
@@ -38,24 +26,19 @@ from ..core.errors import ScheduleError
 from ..core.overlap import OverlapPolicy
 from ..dbtime import DbNow, as_utc
 from ..leases.base import LEADER
-from ..models import (
-    ACTIVE_STATUSES,
-    JobDefinition,
-    JobRun,
-    RunStatus,
-    RunTrigger,
-    SchedulerLease,
-    catchup_limits,
-)
-from .fastinsert import insert_ignoring_conflicts
-from .outbox import Outbox, OutboxMessage
-from .runs import (
+from ..ledger.fastinsert import insert_ignoring_conflicts
+from ..ledger.fence import Fence
+from ..ledger.outbox import OutboxMessage
+from ..ledger.rows import (
     ROW_FIELDS,
     RunRow,
+    activity,
     missed_reason,
     overlap_refusal_for,
     run_row,
 )
+from ..models import JobDefinition, JobRun, RunStatus, RunTrigger, SchedulerLease, catchup_limits
+from ..models.fields import NOT_PLANNED
 
 logger = logging.getLogger("django_cluster_cron.scheduler")
 
@@ -63,8 +46,6 @@ logger = logging.getLogger("django_cluster_cron.scheduler")
 # one UPDATE per pair.
 GROUPED_UPDATE_LIMIT = 8
 ALLOW = OverlapPolicy.ALLOW.value
-# Job columns planning and recording never read: not loaded for a batch (thousands of rows).
-NOT_PLANNED = ("description", "pause_note", "code_origin", "created_at", "updated_at")
 
 
 class IdleState(NamedTuple):
@@ -72,14 +53,6 @@ class IdleState(NamedTuple):
     token: str
     db_now: datetime
     next_due: datetime | None
-
-
-class FencedOut(Exception):
-    """This node's epoch is no longer current: a newer leader has taken over."""
-
-    def __init__(self, epoch: int) -> None:
-        super().__init__(f"epoch {epoch} is no longer the current leader epoch")
-        self.epoch = epoch
 
 
 @dataclass
@@ -131,57 +104,11 @@ def _idle_query() -> Any:
     )
 
 
-class RunStore(Outbox):
-    """ORM implementation of the scheduler's storage; one instance per scheduler process."""
+class Recorder:
+    """The leader's reads and writes of due jobs; one per scheduler process."""
 
     def __init__(self) -> None:
-        # The owner token of the lease this process leads with; fenced writes compare it.
-        self.token: str | None = None
         self._idle_sql: dict[str, tuple[str, tuple[object, ...]]] = {}
-
-    # -- leadership ------------------------------------------------------------------------
-
-    def claim_leadership(self, node_id: str, token: str, now: datetime) -> int:
-        """Increment the fencing epoch for this node and return the new value (the lease
-        backend did not: Redis, memory)."""
-        with transaction.atomic():
-            SchedulerLease.objects.get_or_create(name=LEADER)
-            SchedulerLease.objects.filter(name=LEADER).update(
-                epoch=F("epoch") + 1, holder=node_id, token=token, acquired_at=DbNow()
-            )
-            epoch = int(
-                SchedulerLease.objects.filter(name=LEADER).values_list("epoch", flat=True).get()
-            )
-        self.token = token
-        return epoch
-
-    def join_leadership(self, token: str) -> int | None:
-        """The epoch the database lease's acquiring UPDATE gave ``token`` (None if the row no
-        longer holds it)."""
-        epoch = (
-            SchedulerLease.objects.filter(name=LEADER, token=token)
-            .values_list("epoch", flat=True)
-            .first()
-        )
-        if epoch is None:
-            return None
-        self.token = token
-        return int(epoch)
-
-    def current_epoch(self) -> int | None:
-        row = SchedulerLease.objects.filter(name=LEADER).values_list("epoch", flat=True).first()
-        return None if row is None else int(row)
-
-    @contextmanager
-    def fenced(self, epoch: int, now: datetime) -> Iterator[None]:
-        """A transaction that only commits writes of the current leader (see module doc)."""
-        mine: dict[str, object] = {"name": LEADER, "epoch": epoch}
-        if self.token is not None:
-            mine["token"] = self.token
-        with transaction.atomic():
-            if not SchedulerLease.objects.filter(**mine).update(last_write_at=now):
-                raise FencedOut(epoch)
-            yield
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -209,20 +136,6 @@ class RunStore(Outbox):
             None if next_due is None else as_utc(next_due),
         )
 
-    def oldest_pending_slot(self, now: datetime) -> datetime | None:
-        """The slot of the oldest run due but not taken by a worker (pending or queued): an
-        index seek per status on (status, scheduled_for)."""
-        slots = [
-            JobRun.objects.filter(status=status, scheduled_for__lte=now)
-            .exclude(due_at__gt=now)  # recorded ahead (or jittered) and not due yet
-            .order_by("scheduled_for")
-            .values_list("scheduled_for", flat=True)
-            .first()
-            for status in (RunStatus.PENDING, RunStatus.QUEUED)
-        ]
-        found = [as_utc(slot) for slot in slots if slot is not None]
-        return min(found) if found else None
-
     def next_due_at(self) -> datetime | None:
         """The earliest ``next_run_at`` of any scheduled job: one indexed query."""
         result = JobDefinition.objects.filter(enabled=True).aggregate(first=Min("next_run_at"))
@@ -235,12 +148,12 @@ class RunStore(Outbox):
         self,
         *,
         now: datetime,
-        epoch: int,
+        fence: Fence,
         node_id: str,
         limit: int,
         horizon: datetime | None = None,
     ) -> BatchResult:
-        """Plan and record one batch of due jobs under ``epoch``; return what to publish.
+        """Plan and record one batch of due jobs under ``fence``; return what to publish.
 
         One fenced transaction: lock the batch's job rows, plan each with the pure core, apply
         the overlap policy, insert every run/missed/skipped row in one statement (a row that
@@ -251,16 +164,14 @@ class RunStore(Outbox):
         """
         result = BatchResult()
         ahead_until = horizon if horizon is not None and horizon > now else None
-        with self.fenced(epoch, now):
+        with fence.transaction(now):
             due = JobDefinition.objects.due_by(now, ahead_until).defer(*NOT_PLANNED)
             jobs = list(due.select_for_update()[:limit])
             if not jobs:
                 return result
             limits = catchup_limits()
             rules_by: dict[tuple[object, ...], CatchupRules | str] = {}
-            activity = self._activity(
-                [j.pk for j in jobs if j.overlap_policy != OverlapPolicy.ALLOW.value]
-            )
+            active = activity([j.pk for j in jobs if j.overlap_policy != ALLOW])
             rows: list[RunRow] = []
             advanced: list[JobDefinition] = []
             # Jobs due together mostly share a cron and a watermark: plan each distinct one once.
@@ -300,19 +211,18 @@ class RunStore(Outbox):
                         ahead = plan_ahead(schedule, plan=plan, horizon=ahead_until, timing=timing)
                     planned = plans[key] = (plan, ahead)
                 plan, ahead = planned
-                rows.extend(self._rows_for(job, plan, ahead, activity, result))
+                rows.extend(self._rows_for(job, plan, ahead, active, result))
                 job.last_scheduled_at = ahead.watermark if ahead else plan.watermark
                 next_run_at = ahead.next_run_at if ahead else plan.next_run_at
                 job.next_run_at = None if job.runs_exhausted else next_run_at
                 advanced.append(job)
             result.jobs = len(jobs)
-            insert_ignoring_conflicts(
-                JobRun, ROW_FIELDS, rows, {"dispatched_by": node_id, "epoch": epoch}, now=now
-            )
+            constants = {"dispatched_by": node_id, "epoch": fence.epoch}
+            insert_ignoring_conflicts(JobRun, ROW_FIELDS, rows, constants, now=now)
             _advance(advanced)
             pending_ids = [r.task_id for r in rows if r.status == RunStatus.PENDING]
             if pending_ids:
-                for message in self._recorded(pending_ids, epoch, jobs):
+                for message in self._recorded(pending_ids, fence.epoch, jobs):
                     if message.due_at is not None and message.due_at > now:
                         result.ahead.append(message)
                     else:
@@ -358,18 +268,6 @@ class RunStore(Outbox):
             )
             for pk, task_id, job_id, slot, attempt, run_epoch, trigger, count, due_at in recorded
         ]
-
-    def _activity(self, job_ids: Sequence[int]) -> dict[int, Counter[str]]:
-        activity: dict[int, Counter[str]] = {}
-        if not job_ids:
-            return activity
-        active = JobRun.objects.filter(job_id__in=job_ids, status__in=ACTIVE_STATUSES).values_list(
-            "job_id", "status"
-        )
-        for job_id, status in active:
-            counts = activity.setdefault(job_id, Counter())
-            counts["running" if status == RunStatus.RUNNING else "waiting"] += 1
-        return activity
 
     def _rows_for(
         self,

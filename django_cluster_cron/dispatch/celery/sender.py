@@ -1,11 +1,6 @@
-"""Publishing recorded runs to Celery.
+"""One Celery message, as ``app.send_task`` would send it, with its per-batch work done once.
 
-Each run is sent as the app's ``django_cluster_cron.execute_run`` task with the run's
-deterministic task id, the job's queue/priority/expiry and headers naming the run, so a copy
-published twice (outbox re-publish, a stale leader) is recognisable and the worker's claim drops
-it. A batch reuses one producer (one broker connection) for all its messages.
-
-The message is the one ``app.send_task`` would send: it is built with
+The message is the one ``send_task`` would send: it is built with
 ``app.amqp.create_task_message`` and sent with ``app.amqp.send_task_message`` (which sends
 Celery's ``before_task_publish``/``after_task_publish`` signals, so tracing and error
 reporting hooks see every message). What ``send_task`` re-derives for each message but which is
@@ -14,28 +9,18 @@ declaring the queue) is worked out once per batch: in a burst of thousands of ru
 per-message work cost as much as the broker round trip itself. Messages that ``send_task``
 treats specially (an ETA, a call from inside a worker task, task protocol 1) go through
 ``send_task`` unchanged.
-
-On kombu's Redis transport the messages of a batch are pipelined (``Producer.batch()``, kombu
->= 5.7): one round trip per :data:`PIPELINE_SIZE` messages instead of one each. A chunk counts
-as published only once its pipeline has been executed; if that fails, delivery of the chunk is
-uncertain, so its runs stay ``pending`` and the outbox sends them again (a copy that did arrive
-is dropped by the worker's claim). Celery's ``after_task_publish`` fires when a message is handed
-to the pipeline, a few milliseconds before the pipeline reaches Redis.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from contextlib import AbstractContextManager, nullcontext
-from typing import Any, cast
+from contextlib import nullcontext
+from typing import Any
 
 from celery import Celery
 from celery.utils.saferepr import saferepr
 
-from . import prepared
-from .outbox import OutboxMessage
-from .prepared import PreparedGroup
+from ...ledger.outbox import OutboxMessage
 
 logger = logging.getLogger("django_cluster_cron.scheduler")
 
@@ -48,94 +33,8 @@ PUBLISH_RETRY_POLICY = {
     "interval_step": 0.2,
     "interval_max": 0.2,
 }
-# Messages per publish pipeline: one broker round trip each, and the unit that counts as
-# published (or not) when the broker fails mid-batch.
-PIPELINE_SIZE = 500
 # Options send_task takes as explicit arguments rather than routing options.
 _EXPLICIT = ("time_limit", "soft_time_limit", "expires")
-
-
-class PublishFailed(Exception):
-    """The broker refused or could not be reached; ``published`` lists what got through."""
-
-    def __init__(self, published: list[str], cause: BaseException) -> None:
-        super().__init__(f"publish failed after {len(published)} messages: {cause}")
-        self.published = published
-        self.cause = cause
-
-
-class CeleryDispatcher:
-    def __init__(self, app: Celery | None = None, *, pipeline: bool = True) -> None:
-        if app is None:
-            from ..celery_app import get_celery_app
-
-            app = get_celery_app()
-        self.app = app
-        self.pipeline = pipeline
-
-    def _pipeline(self, producer: Any, size: int) -> AbstractContextManager[Any] | None:
-        """kombu's publish batch (one Redis round trip per chunk), or None without one.
-
-        kombu >= 5.7 offers ``Producer.batch()`` (transports that cannot batch, like AMQP,
-        publish at once inside it); older kombu has none and each message is sent alone.
-        """
-        batch = getattr(producer, "batch", None) if self.pipeline else None
-        if batch is None:
-            return None
-        return cast(AbstractContextManager[Any], batch(max_size=size))
-
-    def prepare(self, messages: Sequence[OutboxMessage]) -> list[PreparedGroup]:
-        """Build the messages of runs recorded ahead, to send at their instant (see
-        :mod:`~django_cluster_cron.scheduler.prepared`); nothing reaches the broker."""
-        return prepared.prepare(self.app, messages, fast=self.pipeline)
-
-    def send_prepared(self, groups: Sequence[PreparedGroup], keep: set[int]) -> list[int]:
-        """Send the prepared messages whose run is in ``keep``; return the runs sent.
-
-        Raises :class:`~django_cluster_cron.scheduler.prepared.SendFailed` (with the runs sent
-        before the failure) when the broker fails.
-        """
-        sent = prepared.push(self.app, [g for g in groups if g.messages is None], keep)
-        ordinary = [m for g in groups if g.messages for m in g.messages if m.run_id in keep]
-        if ordinary:
-            by_task = {m.task_id: m.run_id for m in ordinary}
-            try:
-                published = self.publish(ordinary)
-            except PublishFailed as exc:
-                sent += [by_task[task_id] for task_id in exc.published]
-                raise prepared.SendFailed(sent, exc.cause) from exc
-            sent += [by_task[task_id] for task_id in published]
-        return sent
-
-    def publish(self, messages: Sequence[OutboxMessage]) -> list[str]:
-        """Publish in order; return the task ids that reached the broker.
-
-        Stops at the first failure with :class:`PublishFailed`: the caller marks what was
-        published and leaves the rest ``pending`` for the outbox.
-        """
-        published: list[str] = []
-        if not messages:
-            return published
-        try:
-            with self.app.producer_or_acquire() as producer:
-                sender = BatchSender(self.app, producer)
-                for start in range(0, len(messages), PIPELINE_SIZE):
-                    chunk = messages[start : start + PIPELINE_SIZE]
-                    pipeline = self._pipeline(producer, len(chunk))
-                    if pipeline is None:
-                        for message in chunk:
-                            sender.send(message)
-                            published.append(message.task_id)
-                        continue
-                    with pipeline:
-                        for message in chunk:
-                            sender.send(message)
-                    # Only an executed pipeline counts: if it fails, its whole chunk stays
-                    # pending (delivery uncertain) and the outbox sends it again.
-                    published.extend(message.task_id for message in chunk)
-        except Exception as exc:  # kombu, amqp, redis and socket errors alike
-            raise PublishFailed(published, exc) from exc
-        return published
 
 
 # Set once the fast path was found unusable, so that is logged once per process, not per batch.

@@ -1,10 +1,11 @@
 """How a run row is made: an unsaved run of a job for a slot (through its overlap policy), the
-compact row a batch inserts, and the reason a slot was missed. Shared by the scheduler's store
+compact row a batch inserts, and the reason a slot was missed. Shared by the leader's recording
 and the operators' actions."""
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from datetime import datetime
 from typing import NamedTuple
 
@@ -12,7 +13,7 @@ from ..conf import app_settings
 from ..core.catchup import CatchupPolicy
 from ..core.overlap import OverlapPolicy, overlap_refusal
 from ..core.slots import task_id_for
-from ..models import JobDefinition, JobRun, RunStatus
+from ..models import ACTIVE_STATUSES, JobDefinition, JobRun, RunStatus
 
 
 def new_run(
@@ -36,6 +37,18 @@ def new_run(
         dispatched_by=node,
         epoch=epoch,
     )
+
+
+def activity(job_ids: Sequence[int]) -> dict[int, Counter[str]]:
+    """The active runs of each job, as the overlap policies count them: ``running`` (started,
+    not finished) and ``waiting`` (recorded, queued or waiting for a retry). One query."""
+    found: dict[int, Counter[str]] = {job_id: Counter() for job_id in job_ids}
+    if not job_ids:
+        return found
+    active = JobRun.objects.filter(job_id__in=job_ids, status__in=ACTIVE_STATUSES)
+    for job_id, status in active.values_list("job_id", "status"):
+        found[job_id]["running" if status == RunStatus.RUNNING else "waiting"] += 1
+    return found
 
 
 def overlap_refusal_for(job: JobDefinition, counts: Counter[str]) -> str | None:

@@ -1,0 +1,30 @@
+"""Dispatch: how recorded runs reach an execution system.
+
+:mod:`.port` is the interface the rest of the app uses (publish, prepare, send prepared);
+:mod:`.send` the one publish-then-mark flow; each execution system is an adapter behind the
+port — today :mod:`.celery` (every run sent as the app's ``execute_run`` task to the job's
+queue). :func:`default_dispatcher` is the adapter the project's settings choose.
+"""
+
+from __future__ import annotations
+
+from .port import Dispatcher, Prepared, PublishFailed, SendFailed
+from .send import Sent, publish, send_runs
+
+__all__ = [
+    "Dispatcher",
+    "Prepared",
+    "PublishFailed",
+    "SendFailed",
+    "Sent",
+    "default_dispatcher",
+    "publish",
+    "send_runs",
+]
+
+
+def default_dispatcher() -> Dispatcher:
+    """The project's dispatcher: the Celery adapter on the project's Celery app."""
+    from .celery import CeleryDispatcher
+
+    return CeleryDispatcher()

@@ -1,0 +1,84 @@
+"""The fence: every write a leader makes counts only while its leadership term is current.
+
+A term is an *epoch* (a number on the ``leader`` row of ``SchedulerLease`` that only grows) and
+the owner *token* of the lease that won it. :meth:`Fence.transaction` opens a transaction whose
+first statement is ``UPDATE scheduler_lease SET last_write_at = now WHERE name = 'leader' AND
+epoch = <mine> AND token = <mine>``. If a newer leader has taken over, no row matches and
+:class:`FencedOut` is raised before anything is written. If the row matches, the statement holds
+the row's lock until commit (PostgreSQL and InnoDB row lock; SQLite's database write lock), so a
+newer leader's epoch bump waits for this transaction and every later one of the old leader
+fails. The token makes the fence hold even if the epoch column is edited backwards by hand: an
+old leader's epoch may come round again, its token never does.
+
+Together with the unique constraint on (job, slot) this is what makes "one run per slot" hold
+when two processes both believe they lead; the lease only keeps that situation rare.
+
+A term begins with :meth:`Fence.claim` (the scheduler bumps the epoch after taking a Redis or
+in-memory lease) or :meth:`Fence.join` (the database lease's acquiring UPDATE bumped it already).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+
+from django.db import transaction
+from django.db.models import F
+
+from ..dbtime import DbNow
+from ..leases.base import LEADER
+from ..models import SchedulerLease
+
+
+class FencedOut(Exception):
+    """This node's epoch is no longer current: a newer leader has taken over."""
+
+    def __init__(self, epoch: int) -> None:
+        super().__init__(f"epoch {epoch} is no longer the current leader epoch")
+        self.epoch = epoch
+
+
+class Fence:
+    """One leadership term: its ``epoch`` and, once taken through a lease, the lease's token."""
+
+    def __init__(self, epoch: int, token: str | None = None) -> None:
+        self.epoch = epoch
+        self.token = token
+
+    def __repr__(self) -> str:
+        return f"<Fence epoch={self.epoch} token={self.token!r}>"
+
+    @classmethod
+    def claim(cls, node_id: str, token: str) -> Fence:
+        """A new term for ``node_id``: increment the epoch and write the holder (the lease
+        backend did not: Redis, memory)."""
+        with transaction.atomic():
+            SchedulerLease.objects.get_or_create(name=LEADER)
+            SchedulerLease.objects.filter(name=LEADER).update(
+                epoch=F("epoch") + 1, holder=node_id, token=token, acquired_at=DbNow()
+            )
+            epoch = SchedulerLease.objects.filter(name=LEADER).values_list("epoch", flat=True)
+            return cls(int(epoch.get()), token)
+
+    @classmethod
+    def join(cls, token: str) -> Fence | None:
+        """The term the database lease's acquiring UPDATE gave ``token`` (None if the row no
+        longer holds it)."""
+        epoch = (
+            SchedulerLease.objects.filter(name=LEADER, token=token)
+            .values_list("epoch", flat=True)
+            .first()
+        )
+        return None if epoch is None else cls(int(epoch), token)
+
+    @contextmanager
+    def transaction(self, now: datetime) -> Iterator[None]:
+        """A transaction that only commits writes of the current term (see the module doc)."""
+        mine: dict[str, object] = {"name": LEADER, "epoch": self.epoch}
+        if self.token is not None:
+            mine["token"] = self.token
+        with transaction.atomic():
+            if not SchedulerLease.objects.filter(**mine).update(last_write_at=now):
+                raise FencedOut(self.epoch)
+            yield
