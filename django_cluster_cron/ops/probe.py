@@ -24,24 +24,62 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from ..scheduler.loop import Scheduler
+from typing import Any, Protocol
 
 logger = logging.getLogger("django_cluster_cron.scheduler")
+
+
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+class _Timed(Protocol):
+    @property
+    def ttl(self) -> float: ...
+
+
+class _Health(Protocol):
+    @property
+    def down_since(self) -> Mapping[str, float]: ...
+
+
+class Scheduler(Protocol):
+    """What the probe reads of the scheduler it serves (the loop in ``scheduler.loop``)."""
+
+    @property
+    def node_id(self) -> str: ...
+
+    @property
+    def is_leader(self) -> bool: ...
+
+    @property
+    def epoch(self) -> int | None: ...
+
+    @property
+    def backend(self) -> _Named: ...
+
+    @property
+    def lease(self) -> _Timed: ...
+
+    @property
+    def health(self) -> _Health: ...
+
+    @property
+    def last_pass(self) -> float | None: ...
+
+    @property
+    def longest_sleep(self) -> float:
+        """The longest one pass of the loop may sleep (seconds)."""
+        ...
 
 
 def stuck_after(scheduler: Scheduler) -> float:
     """No pass for this long means the loop is stuck. A pass sleeps at most until the next
     renewal, poll, outbox sweep or outage back-off; a burst can keep one pass busy for a while."""
-    from ..scheduler.loop import BACKOFF_MAX
-
-    longest_sleep = max(
-        scheduler.poll_interval, scheduler.renew_interval, scheduler.sweep_interval, BACKOFF_MAX
-    )
-    return max(60.0, 6 * longest_sleep)
+    return max(60.0, 6 * scheduler.longest_sleep)
 
 
 def down_after(scheduler: Scheduler) -> float:

@@ -2,7 +2,7 @@
 
 In memory only, and only while this node leads: the run rows are the outbox. A leader that
 steps down forgets them (another leader takes them over from the rows, see
-:meth:`SendsArmed._take_over`), and a run an operator withdrew or cancelled meanwhile is dropped
+:meth:`ArmedSender.take_over`), and a run an operator withdrew or cancelled meanwhile is dropped
 by the check made right before sending.
 """
 
@@ -14,18 +14,16 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
 
 from django.db import DatabaseError
 
 from ..dispatch import Dispatcher, Prepared, SendFailed
 from ..ledger import outbox
-from ..ledger.fence import Fence
 from ..ledger.outbox import OutboxMessage
 from ..ops import metrics
-
-if TYPE_CHECKING:
-    from .loop import Health
+from .health import Health
+from .leadership import Term
+from .publishing import Lateness, Publisher
 
 logger = logging.getLogger("django_cluster_cron.scheduler")
 
@@ -73,41 +71,48 @@ class Armed:
         self.count = 0
 
 
-class SendsArmed:
+class ArmedSender:
     """The leader's side of the runs it recorded ahead: build their messages, send them at their
-    instant, record them sent, and take over a predecessor's. Part of
-    :class:`~django_cluster_cron.scheduler.loop.Scheduler`."""
+    instant, record them sent, and take over a predecessor's."""
 
-    armed: Armed
-    dispatcher: Dispatcher
-    clock: Callable[[], datetime]
-    health: Health
-    fence: Fence | None
-    node_id: str
-    batch_size: int
-    lookahead_runs: int
-    last_lag: float | None
-    _unmarked: list[tuple[list[int], datetime]]
-    _taking_over: bool
+    def __init__(
+        self,
+        *,
+        dispatcher: Dispatcher,
+        term: Term,
+        clock: Callable[[], datetime],
+        health: Health,
+        publisher: Publisher,
+        lateness: Lateness,
+        batch_size: int,
+        lookahead_runs: int,
+    ) -> None:
+        self.dispatcher = dispatcher
+        self.term = term
+        self.clock = clock
+        self.health = health
+        self.publisher = publisher
+        self.lateness = lateness
+        self.batch_size = batch_size
+        self.lookahead_runs = lookahead_runs
+        self.armed = Armed()
+        # Runs sent this pass, not yet recorded sent: (run ids, when they went out).
+        self.unmarked: list[tuple[list[int], datetime]] = []
+        # Set when a term begins: the predecessor's unpublished runs are taken over first.
+        self.taking_over = False
 
-    if TYPE_CHECKING:  # the lease and the instant's publishing are the scheduler's
+    def forget(self) -> None:
+        """The term ended: the rows stay, the next leader takes them over."""
+        self.armed.clear()
+        self.unmarked = []
 
-        @property
-        def is_leader(self) -> bool: ...
-
-        def _lease_is_fresh(self) -> bool: ...
-
-        def _renew(self) -> bool: ...
-
-        def _publish(self, messages: list[OutboxMessage]) -> None: ...
-
-    def _arm(self, messages: list[OutboxMessage]) -> None:
+    def arm(self, messages: list[OutboxMessage]) -> None:
         """Build the messages of runs recorded ahead and keep them for their instant."""
-        if messages and self.fence is not None:
+        if messages and self.term.is_leader:
             self.armed.add(self.dispatcher.prepare(messages))
             metrics.get().armed.set(self.armed.count)
 
-    def _send_armed(self) -> None:
+    def send_due(self) -> None:
         """Send the prepared messages that are due: just before their instant, check their runs
         are still there to be sent (not withdrawn, cancelled, or sent by another leader) and
         unpack them; at the instant, send them — slice after slice, and only then record them
@@ -117,17 +122,17 @@ class SendsArmed:
             self._send_due_slices(pushed)
         finally:
             for groups, sent, at in pushed:  # after the whole burst is out
-                self._sent_prepared(groups, set(sent), at)
+                self._report_sent(groups, set(sent), at)
                 # Recorded sent at the end of the pass: after the rest of the instant's work
                 # (runs not recorded ahead), which a long UPDATE must not hold up.
-                self._unmarked.append((sent, at))
+                self.unmarked.append((sent, at))
 
     def _send_due_slices(self, pushed: list[tuple[list[Prepared], list[int], datetime]]) -> None:
-        while self.armed and self.fence is not None:
+        while self.armed and self.term.is_leader:
             groups = self.armed.take_due(self.clock() + SEND_EARLY_DELTA, SEND_SLICE)
             if not groups:
                 return
-            if not self._lease_is_fresh() and not self._renew():
+            if not self.term.fresh_or_renewed():
                 return
             run_ids = [run_id for group in groups for run_id in group.run_ids]
             try:
@@ -155,12 +160,13 @@ class SendsArmed:
             if early:
                 return
 
-    def _mark_sent(self) -> None:
+    def mark_sent(self) -> None:
         """Record the prepared messages sent this pass as sent (``queued``), each instant's
         with when it went out."""
-        sent, self._unmarked = self._unmarked, []
-        if sent and self.fence is not None:
-            outbox.mark_sent(sent, fence=self.fence, node_id=self.node_id)
+        sent, self.unmarked = self.unmarked, []
+        fence = self.term.fence
+        if sent and fence is not None:
+            outbox.mark_sent(sent, fence=fence, node_id=self.term.node_id)
 
     def _wait_until(self, due: datetime) -> bool:
         """Sleep until ``due`` (at most SEND_EARLY); False if the clock is not there then."""
@@ -181,17 +187,16 @@ class SendsArmed:
         self.health.up("broker")
         return sent
 
-    def _sent_prepared(self, groups: list[Prepared], sent: set[int], now: datetime) -> None:
+    def _report_sent(self, groups: list[Prepared], sent: set[int], now: datetime) -> None:
         """Lateness (sent at ``now``) and the dispatch log lines of prepared messages."""
-        lags = [
-            (now - group.due).total_seconds()
-            for group in groups
-            for run_id in group.run_ids
-            if run_id in sent
-        ]
-        if lags:
-            self.last_lag = max(lags)
-            metrics.observe_each(metrics.get().publish_latency, lags)
+        self.lateness.observe(
+            [
+                (now - group.due).total_seconds()
+                for group in groups
+                for run_id in group.run_ids
+                if run_id in sent
+            ]
+        )
         if not logger.isEnabledFor(logging.INFO):
             return
         for group in groups:
@@ -203,28 +208,28 @@ class SendsArmed:
                         group.job_ids[index],
                         group.slot(index).isoformat(),
                         group.task_id(index),
-                        self.fence.epoch if self.fence else None,
+                        self.term.epoch,
                     )
 
-    def _take_over(self) -> None:
+    def take_over(self) -> None:
         """A new leader takes over runs recorded and never published: its predecessor's runs
         recorded ahead, or runs recorded just before a crash. Due ones are published now, the
         others prepared for their instant (up to the run budget; the outbox sweep covers the
         rest)."""
-        self._taking_over = False
+        self.taking_over = False
         after: tuple[datetime, int] | None = None
         adopted = 0
         budget = max(self.lookahead_runs, self.batch_size)
-        while self.is_leader and adopted < budget:
+        while self.term.is_leader and adopted < budget:
             messages = outbox.unpublished_runs(after=after, limit=self.batch_size)
             if not messages:
                 break
             adopted += len(messages)
             after = (messages[-1].scheduled_for, messages[-1].run_id)
             now = self.clock()
-            self._publish([m for m in messages if m.due <= now])
-            self._arm([m for m in messages if m.due > now])
+            self.publisher.publish([m for m in messages if m.due <= now])
+            self.arm([m for m in messages if m.due > now])
             if len(messages) < self.batch_size:
                 break
         if adopted:
-            logger.warning("runs.taken_over node=%s count=%s", self.node_id, adopted)
+            logger.warning("runs.taken_over node=%s count=%s", self.term.node_id, adopted)

@@ -18,7 +18,7 @@ from django_cluster_cron.leases import LEADER
 from django_cluster_cron.leases.database import DatabaseBackend
 from django_cluster_cron.leases.redis import RedisBackend
 from django_cluster_cron.models import JobDefinition
-from django_cluster_cron.scheduler.loop import Scheduler
+from django_cluster_cron.scheduler import Scheduler
 from django_cluster_cron.scheduler.recording import Recorder
 from django_cluster_cron.testing import NoWait
 

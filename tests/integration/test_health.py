@@ -25,7 +25,7 @@ from django_cluster_cron.ops import probe
 from django_cluster_cron.ops.health import FAIL, OK, WARN, cluster_health
 from django_cluster_cron.querycount import count_queries
 from django_cluster_cron.scheduler import build_scheduler
-from django_cluster_cron.scheduler.loop import Health
+from django_cluster_cron.scheduler.health import BACKOFF_MAX, Health
 from django_cluster_cron.testing import NoWait
 from tests.integration.cluster import wait_for
 
@@ -251,9 +251,7 @@ def fake_scheduler(last_pass_ago=0.5, down=None):
         epoch=3,
         backend=SimpleNamespace(name="redis"),
         lease=SimpleNamespace(ttl=10.0),
-        poll_interval=1.0,
-        renew_interval=3.3,
-        sweep_interval=15.0,
+        longest_sleep=max(1.0, 3.3, 15.0, BACKOFF_MAX),
         last_pass=None if last_pass_ago is None else now - last_pass_ago,
         health=health,
     )

@@ -256,7 +256,7 @@ def test_a_leader_that_vanishes_hands_its_runs_recorded_ahead_to_the_next(
     # The ledger names the leader that sent them, not the one that recorded them.
     assert set(at_t0.values_list("dispatched_by", "epoch")) == {("node-b", successor.epoch)}
     # node-a wakes up at the instant with its own prepared copies: fenced and checked out.
-    gone._renew_at = gone._lease_valid_until = float("inf")
+    gone.term.renew_at = gone.term.valid_until = float("inf")
     gone.step()
     assert len(sent_ids(redis_client)) == 2
     assert not gone.is_leader
@@ -358,7 +358,7 @@ def test_the_leader_that_led_before_keeps_no_prepared_run_after_losing_the_lease
     assert scheduler.armed.count == 1
     backend_of(lease_kind).lease(LEADER, "node-a", 1).release()  # not ours: no effect
     scheduler.lease.release()  # the lease is gone: the next renewal fails
-    scheduler._renew_at = 0
+    scheduler.term.renew_at = 0
     scheduler.step()
     assert not scheduler.is_leader
     assert scheduler.armed.count == 0

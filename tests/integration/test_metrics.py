@@ -73,7 +73,7 @@ def test_the_leader_counts_ticks_slots_latency_and_shows_its_role(settings, redi
         assert slots - before["slots"] == 1
         assert sample("cluster_cron_ticks_total") - before["ticks"] == 1
         assert REGISTRY.get_sample_value("cluster_cron_clock_offset_seconds", {"node": "metered"})
-        scheduler._renew()
+        scheduler.term.renew()
         assert sample("cluster_cron_lease_renewals_total", result="ok") - before["renewals"] == 1
     finally:
         scheduler.shutdown()

@@ -137,7 +137,7 @@ def test_a_stale_leader_is_fenced_out_and_writes_nothing(make_scheduler, redis_c
     old.step()
     assert old.is_leader
     # It renewed just before it paused, so on waking it believes its lease is fresh...
-    old._renew_at = old._lease_valid_until = float("inf")
+    old.term.renew_at = old.term.valid_until = float("inf")
     # ...but its lease expired meanwhile and a newer leader took over.
     new = backend_of(lease_kind).lease(LEADER, "node-new", 5)
     assert wait_until(new.try_acquire, 3)

@@ -128,7 +128,7 @@ def test_a_leader_paused_past_its_ttl_is_fenced_and_writes_nothing_stale(cluster
 
 def test_a_crash_between_recording_and_publishing_is_healed_by_the_outbox(cluster, redis_client):
     job = every_second_job()
-    crashing = cluster.start("crashy", CLUSTER_CRON_FAULTS="after_record")
+    crashing = cluster.start("crashy", fault="after_record")
     assert crashing.wait(30) == 70
     pending = list(
         JobRun.objects.filter(job=job, status=RunStatus.PENDING).values_list("task_id", flat=True)

@@ -15,7 +15,7 @@ from django.db.migrations.executor import MigrationExecutor
 
 from django_cluster_cron.conf import NODE_ID_ENV, app_settings
 from django_cluster_cron.management.base import ClusterCronCommand, port, seconds_above_zero
-from django_cluster_cron.scheduler.loop import build_scheduler, default_node_id
+from django_cluster_cron.scheduler import build_scheduler, default_node_id
 
 # Health component name -> what the operator is told was unreachable.
 _COMPONENTS = {

@@ -1,0 +1,198 @@
+"""Leadership: this node's term as leader, from taking the lease to losing or giving it up.
+
+::
+
+                try_lead: lease taken, epoch fenced
+     standby ──────────────────────────────────────▶ leader ──┐ renew: still ours
+        ▲                                              │  ◀────┘ (every renew_interval)
+        │   renew failed or lost ─ step down           │
+        ├──────────────────────────────────────────────┤
+        │   fenced, or shutdown ─ release the lease    │
+        └──────────────────────────────────────────────┘
+
+A standby only tries to take the lease. Taking it is not enough to lead: the term also needs its
+fencing epoch in the database (:class:`~django_cluster_cron.ledger.fence.Fence`; the database
+lease's acquiring UPDATE bumps it, after a Redis or in-memory lease the term bumps it itself).
+Every write the leader makes is fenced by that epoch, so a term that ended without this node
+knowing (a long pause) cannot write anything.
+
+The lease is renewed every ``renew_interval`` (at most a third of its TTL). A renewal that fails
+(the backend unreachable) or finds the lease gone ends the term at once: never act as leader on a
+lease that cannot be proven. Between renewals the term counts as *fresh* until half a renewal
+interval before its TTL would run out, and a leader stops writing when it is not. An ended term
+calls ``on_end`` so the leader's other parts drop what only a leader may keep.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from django.db import DatabaseError
+
+from ..leases import Lease, LeaseBackend, LeaseUnavailable
+from ..ledger.fence import Fence
+from ..ops import metrics
+from .health import Health
+
+logger = logging.getLogger("django_cluster_cron.scheduler")
+
+# What each lease backend's outage is logged as (``redis.down``, ``db.down``).
+DEPENDENCY = {"redis": "redis", "database": "db"}
+
+
+class Term:
+    """This node's leadership: the lease, the fencing epoch while it leads, the renewals."""
+
+    def __init__(
+        self,
+        *,
+        node_id: str,
+        lease: Lease,
+        backend: LeaseBackend,
+        health: Health,
+        renew_interval: float,
+        on_end: Callable[[], object],
+        on_released: Callable[[], object],
+        on_database_error: Callable[[], object],
+    ) -> None:
+        self.node_id = node_id
+        self.lease = lease
+        self.backend = backend
+        self.health = health
+        self.renew_interval = renew_interval
+        self.dependency = DEPENDENCY.get(backend.name, backend.name)
+        self._on_end = on_end
+        self._on_released = on_released
+        self._on_database_error = on_database_error
+        # The current term's fence (None while standing by).
+        self.fence: Fence | None = None
+        # When (monotonic) the next renewal is due, and until when the lease is surely ours.
+        self.renew_at = 0.0
+        self.valid_until = 0.0
+
+    @property
+    def is_leader(self) -> bool:
+        return self.fence is not None
+
+    @property
+    def epoch(self) -> int | None:
+        return None if self.fence is None else self.fence.epoch
+
+    def holds(self, epoch: int, token: str) -> bool:
+        """Whether the leader row (its ``epoch`` and ``token``) still names this term."""
+        return (epoch, token) == (self.epoch, self.lease.token)
+
+    def try_lead(self, poll_interval: float) -> float:
+        """Take the lease and the epoch if they are free; how long to wait before trying again
+        (0 once leading)."""
+        # The lease's TTL runs from when its backend set it, which is after this instant: dating
+        # its validity from here errs on the safe side (a slow reply shortens it, never extends).
+        started = time.monotonic()
+        try:
+            acquired = self.lease.try_acquire()
+        except LeaseUnavailable as exc:
+            return self.health.down(self.dependency, exc)
+        self.health.up(self.dependency)
+        if not acquired:
+            return poll_interval
+        try:
+            if self.backend.fences_in_lease:
+                # The acquiring UPDATE bumped the epoch on the lease's own row.
+                fence = Fence.join(self.lease.token)
+            else:
+                fence = Fence.claim(self.node_id, self.lease.token)
+        except DatabaseError as exc:
+            self._on_database_error()
+            self._quiet_release()
+            return self.health.down("db", exc)
+        self.health.up("db")
+        if fence is None:  # the row changed hands between the two statements: not ours
+            return poll_interval
+        self.fence = fence
+        self.valid_until = started + self.lease.ttl
+        self.renew_at = started + self.renew_interval
+        logger.info("lease.acquired node=%s epoch=%s", self.node_id, self.epoch)
+        self._show_role()
+        return 0.0
+
+    def renewal_due(self) -> bool:
+        return time.monotonic() >= self.renew_at
+
+    def renew(self) -> bool:
+        """Renew the lease; False (and the term ended) if it could not be proven ours."""
+        started = time.monotonic()
+        try:
+            renewed = self.lease.renew()
+        except LeaseUnavailable as exc:
+            # We cannot prove we still hold the lease: stop acting as leader now.
+            self.health.down(self.dependency, exc)
+            metrics.get().lease_renewals.labels(result="failed").inc()
+            self.step_down(f"{self.dependency} unreachable")
+            return False
+        self.health.up(self.dependency)
+        if not renewed:
+            metrics.get().lease_renewals.labels(result="lost").inc()
+            self.step_down("lease taken or expired")
+            return False
+        metrics.get().lease_renewals.labels(result="ok").inc()
+        self.valid_until = started + self.lease.ttl
+        self.renew_at = started + self.renew_interval
+        return True
+
+    def is_fresh(self) -> bool:
+        # Stop writing well before the TTL runs out if renewals are late (a long batch, a GC
+        # pause): the fence would reject stale writes anyway, this keeps them from being tried.
+        return time.monotonic() < self.valid_until - self.renew_interval / 2
+
+    def fresh_or_renewed(self) -> bool:
+        """Whether this node may write now: its lease is fresh, or it was just renewed."""
+        return self.is_fresh() or self.renew()
+
+    def step_down(self, reason: str) -> None:
+        """The lease was lost: stop leading (the lease is not ours to release)."""
+        logger.warning("lease.lost node=%s epoch=%s reason=%s", self.node_id, self.epoch, reason)
+        self.fence = None
+        self._on_end()
+        self._show_role()
+
+    def release(self, reason: str) -> None:
+        """Stop leading and give the lease up, so a standby takes over at once."""
+        epoch, self.fence = self.epoch, None
+        self._on_end()
+        self._show_role()
+        released = self._quiet_release()
+        if released:
+            self._on_released()
+        logger.info(
+            "lease.released node=%s epoch=%s reason=%s released=%s",
+            self.node_id,
+            epoch,
+            reason,
+            released,
+        )
+
+    def report_epoch_change(self, row_epoch: int | None) -> None:
+        """The leader row no longer names this term: say what happened when it went back."""
+        if row_epoch is not None and self.epoch is not None and row_epoch < self.epoch:
+            # Epochs only grow: this row was edited or restored from a backup. The token check
+            # keeps any older leader's writes out; this node steps down and takes a new epoch.
+            logger.error(
+                "lease.epoch_went_back node=%s epoch=%s row_epoch=%s (the leader row was edited "
+                "by hand or restored; stepping down)",
+                self.node_id,
+                self.epoch,
+                row_epoch,
+            )
+
+    def _quiet_release(self) -> bool:
+        try:
+            return self.lease.release()
+        except LeaseUnavailable:
+            return False
+
+    def _show_role(self) -> None:
+        found = metrics.get()
+        found.leader.labels(node=self.node_id).set(1 if self.is_leader else 0)
+        found.lease_epoch.set(self.epoch or 0)

@@ -1,0 +1,86 @@
+"""The leader sends runs now: publish, say what happened, mark them published under its fence.
+
+Runs due when they are recorded, runs a predecessor left unpublished, runs the outbox sweep
+sends again and lost runs retried all go out here; runs recorded ahead go out at their instant
+through :mod:`.armed`. Both report lateness — how long after its due time a run on time reached
+the broker — into the same :class:`Lateness`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from datetime import datetime
+
+from ..dispatch import Dispatcher, publish
+from ..ledger.outbox import OutboxMessage, mark_published
+from ..ops import metrics
+from .health import Health
+from .leadership import Term
+
+logger = logging.getLogger("django_cluster_cron.scheduler")
+
+
+class Lateness:
+    """How late the leader's on-time runs reached the broker: the metric, and the last batch's
+    worst (the cluster page shows it)."""
+
+    def __init__(self) -> None:
+        self.last: float | None = None
+
+    def observe(self, lags: list[float]) -> None:
+        if lags:
+            self.last = max(lags)
+            metrics.observe_each(metrics.get().publish_latency, lags)
+
+
+class Publisher:
+    """Sends runs at once for the current term (nothing when there is none)."""
+
+    def __init__(
+        self,
+        *,
+        dispatcher: Dispatcher,
+        term: Term,
+        clock: Callable[[], datetime],
+        health: Health,
+        lateness: Lateness,
+    ) -> None:
+        self.dispatcher = dispatcher
+        self.term = term
+        self.clock = clock
+        self.health = health
+        self.lateness = lateness
+
+    def publish(self, messages: list[OutboxMessage]) -> None:
+        fence = self.term.fence
+        if not messages or fence is None:
+            return
+        result = publish(self.dispatcher, messages)
+        if result.failure is not None:  # the rest stay pending: the outbox sends them later
+            self.health.down("broker", result.failure)
+            metrics.get().publish_failures.inc(len(messages) - len(result.messages))
+        else:
+            self.health.up("broker")
+        on_time = [m for m in result.messages if m.trigger == "schedule"]
+        if on_time:
+            now = self.clock()
+            self.lateness.observe([(now - m.due).total_seconds() for m in on_time])
+        log_dispatched(result.messages, fence.epoch)
+        mark_published(result.messages, now=self.clock(), fence=fence, node_id=self.term.node_id)
+
+
+def log_dispatched(messages: Iterable[OutboxMessage], epoch: int) -> None:
+    """One ``run.dispatched`` line per run sent (skipped unless INFO is on: a burst is
+    thousands of lines)."""
+    if not logger.isEnabledFor(logging.INFO):
+        return
+    for message in messages:
+        logger.info(
+            "run.dispatched job=%s slot=%s task_id=%s trigger=%s epoch=%s",
+            message.job_id,
+            message.scheduled_for.isoformat(),
+            message.task_id,
+            message.trigger,
+            epoch,
+        )

@@ -1,0 +1,52 @@
+"""What a scheduler node tells the cluster about itself: its status report, every few seconds.
+
+The report goes through the lease backend (Redis: a short-lived key per node; the database: a
+row per node) and expires a few TTLs after the node stops, so a node that died simply drops off
+the admin's cluster page (:mod:`django_cluster_cron.ops.status` reads them).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from datetime import datetime
+
+from ..leases import LeaseBackend
+
+
+class Reporter:
+    """Publishes this node's status at most every ``backend.report_interval`` seconds."""
+
+    def __init__(self, *, backend: LeaseBackend, node_id: str, ttl: float) -> None:
+        self.backend = backend
+        self.node_id = node_id
+        self.ttl = ttl
+        self._reported_at = 0.0
+
+    def report_if_due(
+        self,
+        *,
+        epoch: int | None,
+        seen: datetime,
+        last_tick: datetime | None,
+        lag: float | None,
+        clock_offset: float | None,
+        clock_skewed: bool,
+    ) -> None:
+        if time.monotonic() - self._reported_at < self.backend.report_interval:
+            return
+        self._reported_at = time.monotonic()
+        payload = {
+            "node": self.node_id,
+            "role": "leader" if epoch is not None else "standby",
+            "epoch": epoch,
+            "seen": seen.isoformat(),
+            "last_tick": last_tick.isoformat() if last_tick else None,
+            "lag": lag,
+            "clock_offset": clock_offset,
+            "clock_skewed": clock_skewed,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+        }
+        self.backend.report_node(self.node_id, payload, self.ttl)
