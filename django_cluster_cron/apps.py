@@ -15,8 +15,8 @@ class ClusterCronConfig(AppConfig):
         from django.db.models.signals import post_delete, post_save
 
         from django_cluster_cron import checks  # noqa: F401  (registers the system checks)
+        from django_cluster_cron.coordination import job_changed
         from django_cluster_cron.models import JobDefinition
-        from django_cluster_cron.scheduler.changes import job_changed
 
         post_save.connect(job_changed, sender=JobDefinition, dispatch_uid="cluster_cron_job_saved")
         post_delete.connect(

@@ -5,11 +5,11 @@
   scheduler process, no broker and no worker.
 * :func:`ledger` and :func:`assert_ran`: read and check what the ledger recorded.
 * :class:`NoWait`: a sleeper that never sleeps, so a test steps a real scheduler by hand.
-* :class:`MemoryLeaseBackend`: leases, cluster locks, node reports and the change signal in this
-  process's memory, for tests that should not need Redis. Either set
-  ``CLUSTER_CRON["LEASE_BACKEND"] = "memory"`` in your test settings (every ``cluster_lock``
-  then uses one shared in-memory backend; silence check ``cluster_cron.W003`` there), or pass one
-  explicitly: ``ClusterLock("name", backend=MemoryLeaseBackend())``.
+* :class:`MemoryLeaseBackend`: leases and cluster locks in this process's memory, for tests that
+  should not need Redis. Either set ``CLUSTER_CRON["LEASE_BACKEND"] = "memory"`` in your test
+  settings (every ``cluster_lock`` then uses one shared in-memory backend, and the node reports,
+  counters and change signal live in memory beside it; silence check ``cluster_cron.W003``
+  there), or pass one explicitly: ``ClusterLock("name", backend=MemoryLeaseBackend())``.
 """
 
 from __future__ import annotations

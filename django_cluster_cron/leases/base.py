@@ -11,27 +11,22 @@ A lease is for liveness and efficiency only. It keeps standbys idle and bounds f
 is not what makes a slot run once (the database does that: unique constraints, conditional
 updates and a fencing epoch). Never act on "I hold the lease" alone.
 
-A *backend* (:class:`LeaseBackend`) is what the cluster coordinates through: Redis
-(:mod:`.redis`), the database (:mod:`.database`) or, for tests, one process's memory
-(:mod:`.memory`). Besides leases it carries what the cluster page reads (node reports, held
-locks), a counter or two, and the change signal that wakes sleeping schedulers. Chosen by
-``CLUSTER_CRON["LEASE_BACKEND"]``; see :func:`django_cluster_cron.leases.get_backend`.
+A *backend* (:class:`LeaseBackend`) is where leases live: Redis (:mod:`.redis`), the database
+(:mod:`.database`) or, for tests, one process's memory (:mod:`.memory`). Chosen by
+``CLUSTER_CRON["LEASE_BACKEND"]``; see :func:`django_cluster_cron.leases.get_backend`. What the
+nodes share besides leases (node reports, counters, the change signal) lives in the same place
+and is :mod:`django_cluster_cron.coordination`.
 """
 
 from __future__ import annotations
 
 import math
-import threading
-import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 LEADER = "leader"
 LOCK_PREFIX = "lock:"
-# A sleeper checks for shutdown at least this often even when no change comes.
-WAIT_SLICE = 0.25
 
 
 class LeaseUnavailable(Exception):
@@ -64,19 +59,6 @@ class OwnedLease:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} name={self.name!r} token={self.token!r} ttl={self.ttl:g}s>"
-
-
-def wait_in_slices(timeout: float, stop: threading.Event, listen: Callable[[float], bool]) -> bool:
-    """A sleeper's wait: ``listen(seconds)`` waits up to that long for a change (True if one came)
-    and is called again until a change, ``timeout`` or ``stop``; True if a change woke it."""
-    deadline = time.monotonic() + max(0.0, timeout)
-    while not stop.is_set():
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return False
-        if listen(min(remaining, WAIT_SLICE)):
-            return True
-    return False
 
 
 def node_of(token: str | None) -> str | None:
@@ -126,16 +108,8 @@ class HeldLease:
     ttl: float | None
 
 
-class Sleeper(Protocol):
-    def wait(self, timeout: float, stop: threading.Event) -> bool:
-        """Sleep until a change signal, ``timeout`` or ``stop``; True if a change woke it."""
-        ...
-
-    def close(self) -> None: ...
-
-
 class LeaseBackend(Protocol):
-    """Where the cluster coordinates: leases, node reports, counters and the change signal."""
+    """Where leases live: hands them out and lists or frees them for operators."""
 
     #: ``"redis"``, ``"database"`` or ``"memory"``.
     name: str
@@ -143,8 +117,6 @@ class LeaseBackend(Protocol):
     #: lease keeps token, validity and epoch on one row); False when the scheduler must bump the
     #: epoch after acquiring (Redis, memory).
     fences_in_lease: bool
-    #: How often a scheduler node reports its status through this backend, seconds.
-    report_interval: float
 
     def lease(self, name: str, node_id: str, ttl: float) -> Lease: ...
 
@@ -154,26 +126,4 @@ class LeaseBackend(Protocol):
 
     def force_release(self, name: str) -> bool:
         """Free ``name`` whoever holds it (an operator's last resort); True if it was held."""
-        ...
-
-    def report_node(self, node_id: str, payload: dict[str, Any], ttl: float) -> None:
-        """Publish a scheduler node's status for ``ttl`` seconds. Never raises."""
-        ...
-
-    def node_reports(self) -> list[dict[str, Any]]:
-        """Live node reports (may raise :class:`LeaseUnavailable`)."""
-        ...
-
-    def incr(self, counter: str) -> None:
-        """Add one to a cluster-wide counter. Never raises."""
-        ...
-
-    def counter(self, counter: str) -> int: ...
-
-    def publish_change(self, reason: str) -> None:
-        """Wake the schedulers (a job changed, the leader let go). Never raises."""
-        ...
-
-    def sleeper(self, poll_interval: float) -> Sleeper:
-        """What a scheduler sleeps on: woken by :meth:`publish_change` or its timeout."""
         ...

@@ -33,9 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import select
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -48,7 +46,7 @@ from django.db.models.sql.constants import CURSOR
 from django.db.models.sql.subqueries import InsertQuery, UpdateQuery
 
 from ..dbtime import DbNow, as_utc
-from .base import HeldLease, LeaseUnavailable, OwnedLease, wait_in_slices
+from .base import HeldLease, LeaseUnavailable, OwnedLease
 
 __all__ = ["DatabaseBackend", "DatabaseLease"]
 
@@ -59,11 +57,6 @@ T = TypeVar("T")
 # A hand-edited validity this far beyond the holder's TTL is not trusted.
 TTL_SLACK = timedelta(seconds=1)
 SCAN_LIMIT = 500
-# Node reports of nodes gone for an hour are deleted, at most this often per process.
-PRUNE_EVERY = 60.0
-_pruned_at = 0.0
-# PostgreSQL NOTIFY channel of the change signal.
-CHANNEL = "cluster_cron_changes"
 
 
 def _model() -> Any:
@@ -282,12 +275,10 @@ class DatabaseLease(OwnedLease):
 
 
 class DatabaseBackend:
-    """Coordination through the project's database: leases, node reports, counters, changes."""
+    """Leases as rows of the project's database (``SchedulerLease``)."""
 
     name = "database"
     fences_in_lease = True
-    # Node reports are rows: written every few seconds rather than every second.
-    report_interval = 5.0
 
     def lease(self, name: str, node_id: str, ttl: float) -> DatabaseLease:
         return DatabaseLease(name, node_id, ttl)
@@ -326,157 +317,3 @@ class DatabaseBackend:
                 lambda c: _update(c, Q(name=name) & live_q(), {"valid_until": None, "token": ""}),
             )
         )
-
-    # -- node reports ---------------------------------------------------------------------
-
-    def report_node(self, node_id: str, payload: dict[str, Any], ttl: float) -> None:
-        from ..models import NodeReport
-
-        try:
-            expires = DbNow() + Value(timedelta(seconds=ttl))
-            updated = NodeReport.objects.filter(node=node_id).update(
-                payload=payload, seen_at=DbNow(), expires_at=expires
-            )
-            if not updated:
-                with contextlib.suppress(IntegrityError):
-                    NodeReport.objects.create(
-                        node=node_id, payload=payload, seen_at=DbNow(), expires_at=expires
-                    )
-            # Pruned here, at most once a minute per process: reports of nodes gone for an hour
-            # (an indexed range delete).
-            global _pruned_at
-            if time.monotonic() - _pruned_at > PRUNE_EVERY:
-                _pruned_at = time.monotonic()
-                gone = DbNow() - Value(timedelta(hours=1))
-                NodeReport.objects.filter(expires_at__lt=gone).delete()
-        except DatabaseError as exc:  # a status report must never disturb the scheduler
-            logger.debug("status.report_failed error=%s", exc)
-
-    def node_reports(self) -> list[dict[str, Any]]:
-        from ..models import NodeReport
-
-        try:
-            rows = NodeReport.objects.filter(expires_at__gt=DbNow()).values_list(
-                "payload", flat=True
-            )[:SCAN_LIMIT]
-            return [dict(row) for row in rows if isinstance(row, dict)]
-        except DatabaseError as exc:
-            raise LeaseUnavailable(f"database unreachable (reading node reports): {exc}") from exc
-
-    # -- counters -------------------------------------------------------------------------
-
-    def incr(self, counter: str) -> None:
-        from ..models import ClusterCounter
-
-        try:
-            if not ClusterCounter.objects.filter(name=counter).update(value=F("value") + 1):
-                try:
-                    ClusterCounter.objects.create(name=counter, value=1)
-                except IntegrityError:
-                    ClusterCounter.objects.filter(name=counter).update(value=F("value") + 1)
-        except DatabaseError as exc:  # a statistic: never worth failing anything for
-            logger.debug("stats.incr_failed counter=%s error=%s", counter, exc)
-
-    def counter(self, counter: str) -> int:
-        from ..models import ClusterCounter
-
-        value = ClusterCounter.objects.filter(name=counter).values_list("value", flat=True).first()
-        return int(value or 0)
-
-    # -- the change signal ----------------------------------------------------------------
-
-    def publish_change(self, reason: str) -> None:
-        """PostgreSQL: ``NOTIFY``. Elsewhere nothing: sleeping schedulers poll."""
-        alias = router.db_for_write(_model())
-        connection = connections[alias]
-        if connection.vendor != "postgresql":
-            return
-        try:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, reason[:200]])
-        except DatabaseError as exc:
-            logger.debug("changes.publish_failed reason=%s error=%s", reason, exc)
-
-    def sleeper(self, poll_interval: float) -> Any:
-        alias = router.db_for_write(_model())
-        if connections[alias].vendor == "postgresql":
-            return PostgresListener(alias, poll_interval)
-        return PollingSleeper(poll_interval)
-
-
-class PollingSleeper:
-    """No change channel: sleep at most ``poll_interval``, so the idle query sees edits then.
-
-    The scheduler's idle tick is one query, so waking each poll interval costs one query per
-    interval, whatever the number of jobs.
-    """
-
-    def __init__(self, poll_interval: float) -> None:
-        self.poll_interval = poll_interval
-
-    def wait(self, timeout: float, stop: threading.Event) -> bool:
-        stop.wait(max(0.0, min(timeout, self.poll_interval)))
-        return False
-
-    def close(self) -> None:
-        pass
-
-
-class PostgresListener:
-    """``LISTEN`` on a connection of its own; woken by ``NOTIFY`` from any host's save.
-
-    Falls back to :class:`PollingSleeper`'s behaviour while the connection is down.
-    """
-
-    def __init__(self, alias: str, poll_interval: float) -> None:
-        self.alias = alias
-        self.poll_interval = poll_interval
-        self._wrapper: BaseDatabaseWrapper | None = None
-
-    def _listening(self) -> Any:
-        if self._wrapper is None:
-            wrapper = connections.create_connection(self.alias)
-            wrapper.ensure_connection()
-            wrapper.set_autocommit(True)
-            with wrapper.cursor() as cursor:
-                cursor.execute(f"LISTEN {CHANNEL}")
-            self._wrapper = wrapper
-        return self._wrapper.connection
-
-    def wait(self, timeout: float, stop: threading.Event) -> bool:
-        def listen(seconds: float) -> bool:
-            try:
-                return _notified(self._listening(), seconds)
-            except Exception:  # the database is down: the scheduler reports it; poll meanwhile
-                self.close()
-                stop.wait(min(seconds, self.poll_interval))
-                return False
-
-        return wait_in_slices(timeout, stop, listen)
-
-    def close(self) -> None:
-        wrapper, self._wrapper = self._wrapper, None
-        if wrapper is not None:
-            with contextlib.suppress(Exception):
-                wrapper.close()
-
-
-def _notified(raw: Any, timeout: float) -> bool:
-    """Wait up to ``timeout`` for notifications on a psycopg (3 or 2) connection; drain them."""
-    notifies = getattr(raw, "notifies", None)
-    if callable(notifies):  # psycopg 3
-        got = False
-        for _ in notifies(timeout=timeout, stop_after=1):
-            got = True
-        if got:  # several saves in a row wake the scheduler once
-            for _ in notifies(timeout=0.0):
-                pass
-        return got
-    # psycopg2: wait for the socket, then poll
-    if not raw.notifies:
-        ready, _, _ = select.select([raw], [], [], timeout)
-        if ready:
-            raw.poll()
-    got = bool(raw.notifies)
-    raw.notifies.clear()
-    return got

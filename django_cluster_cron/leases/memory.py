@@ -1,7 +1,7 @@
 """An in-memory lease backend: one process's leases, for unit tests and users' own tests.
 
-It behaves like the real backends (owner tokens, expiry, conditional renew and release, the
-change signal) but coordinates only the threads of one process: never use it where two
+It behaves like the real backends (owner tokens, expiry, conditional renew and release) but
+coordinates only the threads of one process: never use it where two
 processes must exclude each other. Time is ``time.monotonic`` unless a clock is given, so tests
 can move it by hand::
 
@@ -16,9 +16,8 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-from .base import HeldLease, OwnedLease, wait_in_slices
+from .base import HeldLease, OwnedLease
 
 __all__ = ["MemoryLease", "MemoryLeaseBackend"]
 
@@ -72,20 +71,16 @@ class MemoryLease(OwnedLease):
 
 
 class MemoryLeaseBackend:
-    """Leases, node reports, counters and the change signal in this process's memory."""
+    """Leases in this process's memory (its node reports, counters and change signal are
+    :mod:`django_cluster_cron.coordination`'s memory ones)."""
 
     name = "memory"
     fences_in_lease = False
-    report_interval = 1.0
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
         self.lock = threading.RLock()
         self.entries: dict[str, _Entry] = {}
-        self.reports: dict[str, tuple[float, dict[str, Any]]] = {}
-        self.counters: dict[str, int] = {}
-        self._changed = threading.Condition(self.lock)
-        self._generation = 0
 
     def live(self, name: str) -> _Entry | None:
         entry = self.entries.get(name)
@@ -112,57 +107,3 @@ class MemoryLeaseBackend:
     def force_release(self, name: str) -> bool:
         with self.lock:
             return self.live(name) is not None and self.entries.pop(name, None) is not None
-
-    def report_node(self, node_id: str, payload: dict[str, Any], ttl: float) -> None:
-        with self.lock:
-            self.reports[node_id] = (self.clock() + ttl, dict(payload))
-
-    def node_reports(self) -> list[dict[str, Any]]:
-        with self.lock:
-            now = self.clock()
-            return [dict(p) for expires, p in self.reports.values() if expires > now]
-
-    def incr(self, counter: str) -> None:
-        with self.lock:
-            self.counters[counter] = self.counters.get(counter, 0) + 1
-
-    def counter(self, counter: str) -> int:
-        with self.lock:
-            return self.counters.get(counter, 0)
-
-    def publish_change(self, reason: str) -> None:
-        with self._changed:
-            self._generation += 1
-            self._changed.notify_all()
-
-    def sleeper(self, poll_interval: float) -> MemorySleeper:
-        return MemorySleeper(self)
-
-    def wait_for_change(self, seen: int, timeout: float) -> int:
-        with self._changed:
-            self._changed.wait_for(lambda: self._generation != seen, timeout=timeout)
-            return self._generation
-
-    @property
-    def generation(self) -> int:
-        with self.lock:
-            return self._generation
-
-
-class MemorySleeper:
-    """Woken by the backend's :meth:`MemoryLeaseBackend.publish_change`."""
-
-    def __init__(self, backend: MemoryLeaseBackend) -> None:
-        self.backend = backend
-        self._seen = backend.generation
-
-    def wait(self, timeout: float, stop: threading.Event) -> bool:
-        def listen(seconds: float) -> bool:
-            generation = self.backend.wait_for_change(self._seen, seconds)
-            woken, self._seen = generation != self._seen, generation
-            return woken
-
-        return wait_in_slices(timeout, stop, listen)
-
-    def close(self) -> None:
-        pass

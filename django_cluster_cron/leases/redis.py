@@ -24,7 +24,6 @@ not translated.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import threading
@@ -37,13 +36,13 @@ from typing import Any
 import redis
 from redis.commands.core import Script
 
-from .base import HeldLease, LeaseUnavailable, check_lease_args, new_token, wait_in_slices
+from .base import HeldLease, LeaseUnavailable, check_lease_args, new_token
 
-__all__ = ["ChangeListener", "LeaseUnavailable", "RedisBackend", "RedisLease"]
+__all__ = ["LeaseUnavailable", "RedisBackend", "RedisLease", "redis_errors"]
 
 logger = logging.getLogger("django_cluster_cron.leases")
 
-# The cluster page lists at most this many node reports and locks.
+# The cluster page lists at most this many locks.
 SCAN_LIMIT = 500
 
 
@@ -163,7 +162,7 @@ class RedisLease:
         Safe to retry after a timeout: if the first attempt did reach Redis, the retry finds our
         own token and re-arms it.
         """
-        with self._redis_errors():
+        with self.redis_errors():
             result = self._scripts.acquire(keys=[self.key], args=[self.token, self._ttl_ms])
         return bool(result)
 
@@ -174,13 +173,13 @@ class RedisLease:
         keep a released lock held for the rest of its minimum time.
         """
         ttl_ms = self._ttl_ms if ttl is None else max(1, round(ttl * 1000))
-        with self._redis_errors():
+        with self.redis_errors():
             result = self._scripts.renew(keys=[self.key], args=[self.token, ttl_ms])
         return bool(result)
 
     def release(self) -> bool:
         """Delete the lease if it is ours (never another holder's); True if we deleted it."""
-        with self._redis_errors():
+        with self.redis_errors():
             result = self._scripts.release(keys=[self.key], args=[self.token])
         return bool(result)
 
@@ -190,7 +189,7 @@ class RedisLease:
         Also None while the key holds something that is not a token (another type), which
         :meth:`try_acquire` treats as taken until it expires.
         """
-        with self._redis_errors():
+        with self.redis_errors():
             value = self._scripts.holder(keys=[self.key])
         if value is None:
             return None
@@ -200,7 +199,7 @@ class RedisLease:
 
     def remaining(self) -> float | None:
         """Seconds until the key expires; None if it is free, ``math.inf`` if it has no expiry."""
-        with self._redis_errors():
+        with self.redis_errors():
             pttl = int(self.client.pttl(self.key))
         if pttl == -2:
             return None
@@ -208,21 +207,17 @@ class RedisLease:
             return math.inf
         return pttl / 1000
 
-    def _redis_errors(self) -> Any:
-        return _redis_errors(f"lease {self.key!r}")
+    def redis_errors(self) -> Any:
+        return redis_errors(f"lease {self.key!r}")
 
 
 class RedisBackend:
-    """Coordination through the project's Redis (a django-redis cache alias).
-
-    Keys, all under ``<KEY_PREFIX>:``: ``leader`` and ``lock:<name>`` (leases), ``node:<id>``
-    (node reports, JSON, expiring), ``stats:<counter>``; the change signal is the pub/sub
-    channel ``<KEY_PREFIX>:changes``.
-    """
+    """Leases in the project's Redis (a django-redis cache alias): keys ``<KEY_PREFIX>:leader``
+    and ``<KEY_PREFIX>:lock:<name>``. The client and the key prefix serve the coordination
+    kept beside them too (:mod:`django_cluster_cron.coordination`)."""
 
     name = "redis"
     fences_in_lease = False
-    report_interval = 1.0
 
     def __init__(self, client: redis.Redis | None = None, prefix: str | None = None) -> None:
         self._client = client
@@ -253,7 +248,7 @@ class RedisBackend:
         client = self.client
         full = self.key(prefix)
         found: list[HeldLease] = []
-        with _redis_errors("listing leases"):
+        with redis_errors("listing leases"):
             for raw_key in client.scan_iter(match=full + "*", count=100):
                 try:
                     owner = client.get(raw_key)
@@ -272,108 +267,8 @@ class RedisBackend:
         return sorted(found, key=lambda held: held.name)
 
     def force_release(self, name: str) -> bool:
-        with _redis_errors(f"releasing {name!r}"):
+        with redis_errors(f"releasing {name!r}"):
             return bool(self.client.delete(self.key(name)))
-
-    def report_node(self, node_id: str, payload: dict[str, Any], ttl: float) -> None:
-        try:
-            self.client.set(
-                self.key(f"node:{node_id}"), json.dumps(payload), px=max(1, round(ttl * 1000))
-            )
-        except Exception as exc:  # a status report must never disturb the scheduler
-            logger.debug("status.report_failed error=%s", exc)
-
-    def node_reports(self) -> list[dict[str, Any]]:
-        client = self.client
-        reports: list[dict[str, Any]] = []
-        with _redis_errors("reading node reports"):
-            for raw_key in client.scan_iter(match=self.key("node:*"), count=100):
-                try:
-                    raw = client.get(raw_key)
-                except redis.exceptions.ResponseError:
-                    continue
-                if raw:
-                    try:
-                        reports.append(json.loads(raw))
-                    except ValueError:
-                        continue
-                if len(reports) >= SCAN_LIMIT:
-                    break
-        return reports
-
-    def incr(self, counter: str) -> None:
-        try:
-            self.client.incr(self.key(f"stats:{counter}"))
-        except Exception as exc:  # a statistic: never worth failing anything for
-            logger.debug("stats.incr_failed counter=%s error=%s", counter, exc)
-
-    def counter(self, counter: str) -> int:
-        with _redis_errors(f"reading counter {counter!r}"):
-            value = self.client.get(self.key(f"stats:{counter}"))
-        return int(value or 0)
-
-    def channel(self) -> str:
-        return self.key("changes")
-
-    def publish_change(self, reason: str) -> None:
-        try:
-            self.client.publish(self.channel(), reason)
-        except Exception as exc:  # Redis down: the scheduler notices on its next timed wake-up
-            logger.debug("changes.publish_failed reason=%s error=%s", reason, exc)
-
-    def sleeper(self, poll_interval: float) -> ChangeListener:
-        return ChangeListener(self._client, self.channel())
-
-
-class ChangeListener:
-    """Sleeps until a change message on the channel, the timeout or ``stop``."""
-
-    def __init__(self, client: Any = None, channel: str | None = None) -> None:
-        self._client = client
-        self._channel = channel or RedisBackend().channel()
-        self._pubsub: Any = None
-
-    def _subscribe(self) -> Any:
-        if self._pubsub is None:
-            client = self._client if self._client is not None else RedisBackend().client
-            pubsub = client.pubsub(ignore_subscribe_messages=True)
-            pubsub.subscribe(self._channel)
-            self._pubsub = pubsub
-        return self._pubsub
-
-    def wait(self, timeout: float, stop: threading.Event) -> bool:
-        """Return True if woken by a change message, False on timeout or stop."""
-
-        def listen(seconds: float) -> bool:
-            try:
-                message = self._subscribe().get_message(timeout=seconds)
-            except Exception:
-                # Redis is unreachable: the scheduler's health log reports that; sleep instead.
-                self.close()
-                stop.wait(seconds)
-                return False
-            if message is None:
-                return False
-            self._drain()
-            return True
-
-        return wait_in_slices(timeout, stop, listen)
-
-    def _drain(self) -> None:
-        # Several saves in a row wake the scheduler once.
-        try:
-            while self._pubsub is not None and self._pubsub.get_message(timeout=0) is not None:
-                pass
-        except Exception:
-            self.close()
-
-    def close(self) -> None:
-        if self._pubsub is not None:
-            try:
-                self._pubsub.close()
-            except Exception:
-                logger.debug("changes.close_failed", exc_info=True)
-            self._pubsub = None
 
 
 def _text(value: Any) -> str:
@@ -381,7 +276,7 @@ def _text(value: Any) -> str:
 
 
 @contextmanager
-def _redis_errors(what: str) -> Iterator[None]:
+def redis_errors(what: str) -> Iterator[None]:
     try:
         yield
     except _UNAVAILABLE as exc:

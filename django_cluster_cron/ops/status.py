@@ -1,16 +1,15 @@
 """What the admin's cluster page shows: leader, epoch, nodes, recent runs, stuck runs, locks.
 
-Scheduler nodes report themselves through the lease backend (Redis: short-lived keys
-``<KEY_PREFIX>:node:<node id>``; database: one row per node in ``NodeReport``), refreshed every
-second or few and expiring a few TTLs after the node stops, so a standby that died simply
-disappears from the page. Every time here is the database's (DESIGN G7).
+Scheduler nodes report themselves where the leases live (Redis: short-lived keys
+``<KEY_PREFIX>:node:<node id>``; database: one row per node in ``NodeReport``; see
+:mod:`django_cluster_cron.coordination.reports`), refreshed every second or few and expiring a
+few TTLs after the node stops, so a standby that died simply disappears from the page. Every
+time here is the database's (docs/explanation/guarantees.md, "one clock").
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import socket
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -18,39 +17,13 @@ from typing import Any
 from django.db.models import Count, Min, Q
 
 from ..conf import app_settings
+from ..coordination import coordination_for
 from ..dbtime import database_now
 from ..leases import LEADER, LOCK_PREFIX, LeaseBackend, get_backend
 from ..leases.base import HeldLease, node_of
 from ..models import JobRun, RunStatus, SchedulerLease
 
 logger = logging.getLogger("django_cluster_cron.status")
-
-
-def report_node(
-    backend: LeaseBackend,
-    *,
-    node_id: str,
-    epoch: int | None,
-    seen: datetime,
-    last_tick: datetime | None,
-    lag: float | None,
-    ttl: float,
-    clock_offset: float | None = None,
-    clock_skewed: bool = False,
-) -> None:
-    payload = {
-        "node": node_id,
-        "role": "leader" if epoch is not None else "standby",
-        "epoch": epoch,
-        "seen": seen.isoformat(),
-        "last_tick": last_tick.isoformat() if last_tick else None,
-        "lag": lag,
-        "clock_offset": clock_offset,
-        "clock_skewed": clock_skewed,
-        "host": socket.gethostname(),
-        "pid": os.getpid(),
-    }
-    backend.report_node(node_id, payload, ttl)
 
 
 # A held cluster lock as the page lists it (name without the ``lock:`` prefix).
@@ -154,7 +127,7 @@ def _read_backend(status: ClusterStatus, backend: LeaseBackend) -> None:
     status.leader_token = lease.holder()
     if status.leader_token is not None:
         status.lease_left = lease.remaining()
-    status.nodes = backend.node_reports()
+    status.nodes = coordination_for(backend).reports.reports()
     status.nodes.sort(key=lambda n: (n.get("role") != "leader", str(n.get("node"))))
     status.locks = backend.held(LOCK_PREFIX)
 

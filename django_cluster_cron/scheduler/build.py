@@ -8,6 +8,7 @@ import threading
 from typing import Any
 
 from ..conf import NODE_ID_ENV, app_settings
+from ..coordination import coordination_for
 from ..dispatch import default_dispatcher
 from ..leases import LEADER, LeaseBackend, get_backend
 from .loop import Scheduler
@@ -32,8 +33,9 @@ def build_scheduler(
     ``recorder``, ``dispatcher``, ``clock``, ...)."""
     node = node_id or default_node_id()
     backend: LeaseBackend = overrides.pop("backend", None) or get_backend()
+    coordination = overrides.pop("coordination", None) or coordination_for(backend)
     lease = backend.lease(LEADER, node, app_settings.LEASE_TTL if ttl is None else ttl)
-    sleeper = overrides.pop("sleeper", None) or backend.sleeper(
+    sleeper = overrides.pop("sleeper", None) or coordination.changes.sleeper(
         poll_interval or app_settings.POLL_INTERVAL
     )
     return Scheduler(
@@ -45,5 +47,6 @@ def build_scheduler(
         poll_interval=poll_interval,
         stop=stop,
         backend=backend,
+        coordination=coordination,
         **overrides,
     )

@@ -27,12 +27,12 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Protocol
 
 from django.db import DatabaseError, connections
 from django.utils import timezone
 
 from ..conf import app_settings
+from ..coordination import Coordination, Sleeper, coordination_for
 from ..core.clock import OffsetClock
 from ..dispatch import Dispatcher
 from ..leases import Lease, LeaseBackend, get_backend
@@ -53,12 +53,6 @@ logger = logging.getLogger("django_cluster_cron.scheduler")
 BATCH_SECONDS_GUESS = 0.05
 
 
-class Sleeper(Protocol):
-    def wait(self, timeout: float, stop: threading.Event) -> bool: ...
-
-    def close(self) -> None: ...
-
-
 class Scheduler:
     def __init__(
         self,
@@ -74,11 +68,13 @@ class Scheduler:
         batch_size: int | None = None,
         stop: threading.Event | None = None,
         backend: LeaseBackend | None = None,
+        coordination: Coordination | None = None,
         lookahead: timedelta | None = None,
     ) -> None:
         self.node_id = node_id
         self.lease = lease
         self.backend = backend or get_backend()
+        self.coordination = coordination or coordination_for(self.backend)
         self.recorder = recorder
         self.dispatcher = dispatcher
         self.sleeper = sleeper
@@ -100,7 +96,7 @@ class Scheduler:
             health=self.health,
             renew_interval=renew_interval or min(app_settings.RENEW_INTERVAL, lease.ttl / 3),
             on_end=self._term_ended,
-            on_released=lambda: self.backend.publish_change("lease:released"),
+            on_released=lambda: self.coordination.changes.publish("lease:released"),
             on_database_error=_reset_connections,
         )
         self.lateness = Lateness()
@@ -126,7 +122,7 @@ class Scheduler:
         )
         self.clock_watch = ClockWatch(self.clock, node_id)
         self.reporter = Reporter(
-            backend=self.backend,
+            reports=self.coordination.reports,
             node_id=node_id,
             ttl=max(30.0, self.poll_interval * 3, lease.ttl * 3),
         )

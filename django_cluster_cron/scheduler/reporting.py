@@ -1,8 +1,9 @@
 """What a scheduler node tells the cluster about itself: its status report, every few seconds.
 
-The report goes through the lease backend (Redis: a short-lived key per node; the database: a
-row per node) and expires a few TTLs after the node stops, so a node that died simply drops off
-the admin's cluster page (:mod:`django_cluster_cron.ops.status` reads them).
+The report goes where the leases live (Redis: a short-lived key per node; the database: a row
+per node; see :mod:`django_cluster_cron.coordination.reports`) and expires a few TTLs after the
+node stops, so a node that died simply drops off the admin's cluster page
+(:mod:`django_cluster_cron.ops.status` reads the reports).
 """
 
 from __future__ import annotations
@@ -12,14 +13,14 @@ import socket
 import time
 from datetime import datetime
 
-from ..leases import LeaseBackend
+from ..coordination import NodeReports
 
 
 class Reporter:
-    """Publishes this node's status at most every ``backend.report_interval`` seconds."""
+    """Publishes this node's status at most every ``reports.interval`` seconds."""
 
-    def __init__(self, *, backend: LeaseBackend, node_id: str, ttl: float) -> None:
-        self.backend = backend
+    def __init__(self, *, reports: NodeReports, node_id: str, ttl: float) -> None:
+        self.reports = reports
         self.node_id = node_id
         self.ttl = ttl
         self._reported_at = 0.0
@@ -34,7 +35,7 @@ class Reporter:
         clock_offset: float | None,
         clock_skewed: bool,
     ) -> None:
-        if time.monotonic() - self._reported_at < self.backend.report_interval:
+        if time.monotonic() - self._reported_at < self.reports.interval:
             return
         self._reported_at = time.monotonic()
         payload = {
@@ -49,4 +50,4 @@ class Reporter:
             "host": socket.gethostname(),
             "pid": os.getpid(),
         }
-        self.backend.report_node(self.node_id, payload, self.ttl)
+        self.reports.report(self.node_id, payload, self.ttl)

@@ -49,6 +49,7 @@ from django.utils import timezone
 
 from .. import signals
 from ..conf import app_settings
+from ..coordination import get_coordination
 from ..core.retry import retry_delay
 from ..dispatch import send_runs
 from ..dispatch.celery import CeleryDispatcher
@@ -327,18 +328,14 @@ DUPLICATES = "duplicate_deliveries"
 
 def count_duplicate(run_id: object, task_id: object) -> None:
     """A delivery that lost the claim: log it and bump the cluster-wide counter."""
-    from ..leases import get_backend
-
     logger.info("run.duplicate_delivery run=%s task_id=%s", run_id, task_id)
     metrics.get().duplicates.inc()
-    get_backend().incr(DUPLICATES)
+    get_coordination().counters.incr(DUPLICATES)
 
 
 def duplicate_deliveries() -> int:
     """Deliveries dropped by the claim, cluster-wide, since the counter was created."""
-    from ..leases import get_backend
-
-    return get_backend().counter(DUPLICATES)
+    return get_coordination().counters.value(DUPLICATES)
 
 
 # -- overlap ---------------------------------------------------------------------------------

@@ -317,17 +317,19 @@ def test_junk_in_the_lease_key_does_not_stop_the_cluster_from_electing_a_leader(
 
 
 def test_junk_on_the_change_channel_only_wakes_the_scheduler(settings):
+    from django_cluster_cron.coordination.changes import RedisChanges
     from django_cluster_cron.leases.redis import RedisBackend
 
     settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "KEY_PREFIX": f"t{uuid.uuid4().hex[:8]}"}
-    backend = RedisBackend()
-    listener = backend.sleeper(poll_interval=60)
+    place = RedisBackend()
+    changes = RedisChanges(place)
+    listener = changes.sleeper(poll_interval=60)
     stop = threading.Event()
     try:
         listener.wait(0.1, stop)
-        backend.client.publish(backend.channel(), b"\xff\x00" + json.dumps({"x": 1}).encode())
+        place.client.publish(changes.channel(), b"\xff\x00" + json.dumps({"x": 1}).encode())
         assert listener.wait(5, stop) is True
-        backend.publish_change("x" * 100_000)
+        changes.publish("x" * 100_000)
         assert listener.wait(5, stop) is True
     finally:
         listener.close()

@@ -1,8 +1,8 @@
 """What every lease backend promises, run against each of them (Redis, the database, memory).
 
-Ownership by token, expiry, renewal, release, and the cluster page's view of held leases and node
-reports. Backend-specific behaviour (junk in Redis, hand-edited rows, outages) lives in
-test_lease_redis.py and test_lease_database.py.
+Ownership by token, expiry, renewal, release, and the cluster page's view of held leases (node
+reports and counters: test_coordination.py). Backend-specific behaviour (junk in Redis,
+hand-edited rows, outages) lives in test_lease_redis.py and test_lease_database.py.
 """
 
 from __future__ import annotations
@@ -170,22 +170,6 @@ def test_the_cluster_page_lists_held_locks_and_force_release_frees_one(
     assert lease_backend.force_release("lock:reports") is False
     assert lease_backend.held("lock:") == []
     assert held.renew() is False  # the owner finds out at its next heartbeat
-
-
-def test_node_reports_are_listed_until_they_expire(lease_backend: LeaseBackend) -> None:
-    lease_backend.report_node("a", {"node": "a", "role": "leader"}, ttl=30)
-    lease_backend.report_node("b", {"node": "b", "role": "standby"}, ttl=0.3)
-    lease_backend.report_node("a", {"node": "a", "role": "standby"}, ttl=30)  # replaces
-    assert sorted(r["node"] for r in lease_backend.node_reports()) == ["a", "b"]
-    time.sleep(0.5)
-    assert lease_backend.node_reports() == [{"node": "a", "role": "standby"}]
-
-
-def test_counters_count_from_zero(lease_backend: LeaseBackend) -> None:
-    assert lease_backend.counter("drops") == 0
-    for _ in range(3):
-        lease_backend.incr("drops")
-    assert lease_backend.counter("drops") == 3
 
 
 @pytest.mark.parametrize("ttl", [0, -1, float("nan"), float("inf")])

@@ -17,6 +17,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone as dj_timezone
 
+from django_cluster_cron.coordination import coordination_for
 from django_cluster_cron.dispatch.celery import EXECUTE_TASK, CeleryDispatcher
 from django_cluster_cron.leases import LEADER
 from django_cluster_cron.ledger.fence import Fence
@@ -249,12 +250,12 @@ def change_backend(settings, kind):
 
 @pytest.mark.parametrize("kind", LEASES)
 def test_a_change_signal_wakes_a_sleeping_scheduler_early(settings, kind):
-    backend = change_backend(settings, kind)
-    listener = backend.sleeper(poll_interval=60)
+    changes = coordination_for(change_backend(settings, kind)).changes
+    listener = changes.sleeper(poll_interval=60)
     stop = threading.Event()
     try:
         assert listener.wait(0.2, stop) is False  # subscribes; nothing published
-        threading.Timer(0.2, backend.publish_change, args=["job:1"]).start()
+        threading.Timer(0.2, changes.publish, args=["job:1"]).start()
         started = time.monotonic()
         assert listener.wait(10, stop) is True
         assert time.monotonic() - started < 5
@@ -264,8 +265,8 @@ def test_a_change_signal_wakes_a_sleeping_scheduler_early(settings, kind):
 
 @pytest.mark.parametrize("kind", LEASES)
 def test_saving_a_job_publishes_a_change(settings, kind):
-    backend = change_backend(settings, kind)
-    listener = backend.sleeper(poll_interval=60)
+    changes = coordination_for(change_backend(settings, kind)).changes
+    listener = changes.sleeper(poll_interval=60)
     stop = threading.Event()
     try:
         listener.wait(0.1, stop)
@@ -276,7 +277,7 @@ def test_saving_a_job_publishes_a_change(settings, kind):
 
 
 def test_without_a_change_channel_a_sleeper_wakes_each_poll_interval_to_look(settings):
-    from django_cluster_cron.leases.database import PollingSleeper
+    from django_cluster_cron.coordination.changes import PollingSleeper
 
     sleeper = PollingSleeper(poll_interval=0.2)
     started = time.monotonic()

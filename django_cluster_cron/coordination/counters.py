@@ -1,0 +1,83 @@
+"""Cluster-wide counters, e.g. the deliveries the workers' claim dropped as duplicates.
+
+Adding never raises (a statistic is never worth failing anything for); reading may raise
+:class:`~django_cluster_cron.leases.LeaseUnavailable` when the store cannot be reached.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Protocol
+
+from django.db import DatabaseError, IntegrityError
+from django.db.models import F
+
+from ..leases.redis import RedisBackend, redis_errors
+
+logger = logging.getLogger("django_cluster_cron.leases")
+
+
+class Counters(Protocol):
+    def incr(self, counter: str) -> None:
+        """Add one. Never raises."""
+        ...
+
+    def value(self, counter: str) -> int: ...
+
+
+class RedisCounters:
+    """Keys ``<KEY_PREFIX>:stats:<counter>``."""
+
+    def __init__(self, place: RedisBackend) -> None:
+        self.place = place
+
+    def incr(self, counter: str) -> None:
+        try:
+            self.place.client.incr(self.place.key(f"stats:{counter}"))
+        except Exception as exc:  # a statistic: never worth failing anything for
+            logger.debug("stats.incr_failed counter=%s error=%s", counter, exc)
+
+    def value(self, counter: str) -> int:
+        with redis_errors(f"reading counter {counter!r}"):
+            found = self.place.client.get(self.place.key(f"stats:{counter}"))
+        return int(found or 0)
+
+
+class DatabaseCounters:
+    """One ``ClusterCounter`` row per counter."""
+
+    def incr(self, counter: str) -> None:
+        from ..models import ClusterCounter
+
+        rows = ClusterCounter.objects.filter(name=counter)
+        try:
+            if not rows.update(value=F("value") + 1):
+                try:
+                    ClusterCounter.objects.create(name=counter, value=1)
+                except IntegrityError:
+                    rows.update(value=F("value") + 1)
+        except DatabaseError as exc:  # a statistic: never worth failing anything for
+            logger.debug("stats.incr_failed counter=%s error=%s", counter, exc)
+
+    def value(self, counter: str) -> int:
+        from ..models import ClusterCounter
+
+        found = ClusterCounter.objects.filter(name=counter).values_list("value", flat=True).first()
+        return int(found or 0)
+
+
+class MemoryCounters:
+    """This process's memory (tests)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[str, int] = {}
+
+    def incr(self, counter: str) -> None:
+        with self._lock:
+            self._counts[counter] = self._counts.get(counter, 0) + 1
+
+    def value(self, counter: str) -> int:
+        with self._lock:
+            return self._counts.get(counter, 0)
