@@ -34,7 +34,7 @@ def main() -> None:
     from django.utils import timezone
 
     from django_cluster_cron.models import JobDefinition, JobRun
-    from django_cluster_cron.querycount import count_queries
+    from tests.support.querycount import count_queries
 
     now = timezone.now().replace(microsecond=0)
     JobDefinition.objects.bulk_create(

@@ -44,7 +44,7 @@ def measure(
     tick: Callable[[Any], Any],
     close: Callable[[Any], None],
 ) -> float:
-    from django_cluster_cron.querycount import count_queries
+    from tests.support.querycount import count_queries
 
     report.row(system, n, "set-up: create N jobs", "s", [setup()])
     started = time.perf_counter()

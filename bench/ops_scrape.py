@@ -90,9 +90,9 @@ def main() -> None:
 
     from django_cluster_cron.models import JobRun
     from django_cluster_cron.ops.health import cluster_health
-    from django_cluster_cron.querycount import count_queries
     from django_cluster_cron.scheduler import build_scheduler
     from django_cluster_cron.testing import NoWait
+    from tests.support.querycount import count_queries
 
     report = Report("ops_scrape", "Health check and /metrics scrape", DESCRIPTION)
     medians: dict[tuple[str, int], float] = {}

@@ -21,10 +21,10 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
 
-from .. import operations
+from .. import actions
+from ..actions import ActionRefused
 from ..core.errors import ScheduleError
 from ..models import JobDefinition, RunStatus
-from ..operations import OperationError
 from .forecast import forecast_view
 from .history import AuditedAdmin
 from .job_form import PREVIEW_INPUT_LIMIT, BackfillForm, PauseForm, preview_html, timing_from_query
@@ -59,7 +59,7 @@ class JobOperations(AuditedAdmin, admin.ModelAdmin):  # type: ignore[type-arg]
         for job in queryset:
             try:
                 message = do(job)
-            except (OperationError, ValidationError) as exc:
+            except (ActionRefused, ValidationError) as exc:
                 self.message_user(request, f"{job}: {_text(exc)}", messages.ERROR)
                 continue
             self.log_change(request, job, message)
@@ -91,7 +91,7 @@ class JobOperations(AuditedAdmin, admin.ModelAdmin):  # type: ignore[type-arg]
         by = f"admin:{request.user.get_username()}"
 
         def run(job: JobDefinition) -> str:
-            created = operations.run_now(job, by=by)
+            created = actions.run_now(job, by=by)
             return f"Run now: run {created.pk} ({created.status})."
 
         self._each(request, queryset.filter(deleted_at__isnull=True), "Started", run)
@@ -175,8 +175,8 @@ class JobOperations(AuditedAdmin, admin.ModelAdmin):  # type: ignore[type-arg]
         if request.method != "POST":
             return HttpResponseNotAllowed(["POST"])
         try:
-            run = operations.run_now(job, by=f"admin:{request.user.get_username()}")
-        except OperationError as exc:
+            run = actions.run_now(job, by=f"admin:{request.user.get_username()}")
+        except ActionRefused as exc:
             self.message_user(request, str(exc), messages.ERROR)
             return self._back(job)
         self.log_change(request, job, f"Run now: run {run.pk} ({run.status}).")
@@ -194,7 +194,7 @@ class JobOperations(AuditedAdmin, admin.ModelAdmin):  # type: ignore[type-arg]
             start, end = form.cleaned_data["start"], form.cleaned_data["end"]
             try:
                 if "confirm" in request.POST:
-                    runs = operations.backfill(
+                    runs = actions.backfill(
                         job, start, end, by=f"admin:{request.user.get_username()}"
                     )
                     self.log_change(request, job, f"Backfill {start} to {end}: {len(runs)} runs.")
@@ -202,8 +202,8 @@ class JobOperations(AuditedAdmin, admin.ModelAdmin):  # type: ignore[type-arg]
                         request, f"Backfill recorded {len(runs)} run(s).", messages.SUCCESS
                     )
                     return self._back(job)
-                plan = operations.plan_backfill(job, start, end)
-            except (OperationError, ScheduleError) as exc:
+                plan = actions.plan_backfill(job, start, end)
+            except (ActionRefused, ScheduleError) as exc:
                 form.add_error(None, str(exc))
         return self._render(
             request,
@@ -212,7 +212,7 @@ class JobOperations(AuditedAdmin, admin.ModelAdmin):  # type: ignore[type-arg]
             form,
             title=f"Backfill {job}",
             plan=plan,
-            limit=operations.BACKFILL_LIMIT,
+            limit=actions.BACKFILL_LIMIT,
         )
 
     def _render(

@@ -16,9 +16,9 @@ from django.utils.functional import cached_property
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from .. import operations
+from .. import actions
+from ..actions import ActionRefused
 from ..models import JobDefinition, JobRun
-from ..operations import OperationError
 from .display import duration_text, moment, run_badge, zone_of
 
 COUNT_CAP = 10_000
@@ -274,7 +274,7 @@ class JobRunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         for run in runs.select_related("job"):
             try:
                 do(run)
-            except OperationError as exc:
+            except ActionRefused as exc:
                 self.message_user(request, str(exc), messages.ERROR)
                 continue
             self.log_change(request, run, f"{verb}.")
@@ -284,7 +284,7 @@ class JobRunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     @admin.action(description="Retry selected failed runs", permissions=["retry"])
     def retry_runs(self, request: HttpRequest, queryset: QuerySet[JobRun]) -> None:
-        self._each(request, queryset, "Retried", operations.retry)
+        self._each(request, queryset, "Retried", actions.retry)
 
     @admin.action(description="Cancel selected waiting runs", permissions=["cancel"])
     def cancel_runs(self, request: HttpRequest, queryset: QuerySet[JobRun]) -> None:
@@ -293,5 +293,5 @@ class JobRunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             request,
             queryset,
             "Cancelled",
-            lambda run: operations.cancel(run, reason=f"cancelled by {by}"),
+            lambda run: actions.cancel(run, reason=f"cancelled by {by}"),
         )

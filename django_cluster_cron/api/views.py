@@ -1,6 +1,6 @@
 """The API's endpoints: jobs, runs, a schedule preview and the cluster's status and health.
 
-Operator actions call the same functions as the admin (:mod:`django_cluster_cron.operations`,
+Operator actions call the same functions as the admin (:mod:`django_cluster_cron.actions`,
 the model's pause/resume/soft delete/restore), so they leave the same rows in the ledger. Each
 needs the Django permission the admin's action needs.
 """
@@ -22,7 +22,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from .. import audit, operations
+from .. import actions, audit
 from ..core.cron import CronSchedule
 from ..core.timing import SlotTiming
 from ..dbtime import DbNow
@@ -63,7 +63,7 @@ class ModelPermissions(permissions.DjangoModelPermissions):
         return super().has_permission(request, view)
 
 
-def _operation_error(exc: operations.OperationError) -> ValidationError:
+def _operation_error(exc: actions.ActionRefused) -> ValidationError:
     return ValidationError({"detail": str(exc)})
 
 
@@ -207,8 +207,8 @@ class JobViewSet(Audited, viewsets.ModelViewSet):  # type: ignore[type-arg]
         """Record and publish a ``manual`` run for now, through the overlap policy."""
         job = self._live_job()
         try:
-            run = operations.run_now(job, by=f"api:{request.user}")
-        except operations.OperationError as exc:
+            run = actions.run_now(job, by=f"api:{request.user}")
+        except actions.ActionRefused as exc:
             raise _operation_error(exc) from None
         return Response(RunSerializer(run).data, status=status.HTTP_201_CREATED)
 
@@ -221,13 +221,13 @@ class JobViewSet(Audited, viewsets.ModelViewSet):  # type: ignore[type-arg]
         body.is_valid(raise_exception=True)
         start, end = body.validated_data["start"], body.validated_data["end"]
         try:
-            plan = operations.plan_backfill(job, start, end)
+            plan = actions.plan_backfill(job, start, end)
             created = (
                 []
                 if body.validated_data["dry_run"]
-                else operations.backfill(job, start, end, by=f"api:{request.user}")
+                else actions.backfill(job, start, end, by=f"api:{request.user}")
             )
-        except operations.OperationError as exc:
+        except actions.ActionRefused as exc:
             raise _operation_error(exc) from None
         return Response(
             BackfillResultSerializer(
@@ -324,8 +324,8 @@ class RunViewSet(
     def retry(self, request: Request, pk: str | None = None) -> Response:
         """Run a failed run again: the same run, its next attempt."""
         try:
-            run = operations.retry(self.get_object())
-        except operations.OperationError as exc:
+            run = actions.retry(self.get_object())
+        except actions.ActionRefused as exc:
             raise _operation_error(exc) from None
         return Response(RunSerializer(run).data)
 
@@ -334,8 +334,8 @@ class RunViewSet(
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         """Cancel a run that has not started (pending, queued or waiting for a retry)."""
         try:
-            run = operations.cancel(self.get_object(), reason=f"cancelled by {request.user}")
-        except operations.OperationError as exc:
+            run = actions.cancel(self.get_object(), reason=f"cancelled by {request.user}")
+        except actions.ActionRefused as exc:
             raise _operation_error(exc) from None
         return Response(RunSerializer(run).data)
 

@@ -10,7 +10,7 @@ from django.contrib.auth.models import Permission, User
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from django_cluster_cron import operations
+from django_cluster_cron import actions
 from django_cluster_cron.models import JobDefinition, JobRun, RunStatus, RunTrigger
 
 pytestmark = pytest.mark.django_db
@@ -139,7 +139,7 @@ def test_run_now_records_the_same_run_as_the_admin(admin, redis_client):
     response = admin.post(f"{API}/jobs/{job.pk}/run/")
     assert response.status_code == 201, response.json()
     via_api = JobRun.objects.get(pk=response.json()["id"])
-    via_admin = operations.run_now(make_job(), by="admin")
+    via_admin = actions.run_now(make_job(), by="admin")
     for run in (via_api, via_admin):
         assert run.trigger == RunTrigger.MANUAL
         assert run.status == RunStatus.QUEUED

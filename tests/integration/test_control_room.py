@@ -18,8 +18,8 @@ from django.utils import timezone
 
 from django_cluster_cron.core.clock import OffsetClock
 from django_cluster_cron.models import JobDefinition, JobRun, RunStatus, RunTrigger
-from django_cluster_cron.querycount import count_queries
 from django_cluster_cron.testing import NoWait
+from tests.support.querycount import count_queries
 
 pytestmark = pytest.mark.django_db
 

@@ -15,14 +15,14 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from django_cluster_cron import operations
+from django_cluster_cron import actions
 from django_cluster_cron.core.timing import jitter_offset
 from django_cluster_cron.dbtime import database_now
 from django_cluster_cron.leases import LEADER
 from django_cluster_cron.ledger.outbox import stale_pending
 from django_cluster_cron.models import JobDefinition, JobRun, RunStatus, RunTrigger
-from django_cluster_cron.querycount import count_queries
 from tests.integration.inprocess import LEASES, T0, Clock, backend_of, job, queued_messages
+from tests.support.querycount import count_queries
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -218,7 +218,7 @@ def test_a_run_recorded_ahead_that_an_operator_cancelled_is_not_sent(make_schedu
     minutely()
     scheduler = make_scheduler("node-a", clock, lookahead=AHEAD)
     scheduler.step()
-    run = operations.cancel(JobRun.objects.get())
+    run = actions.cancel(JobRun.objects.get())
     clock.now = T0
     scheduler.step()
     assert redis_client.llen("celery") == 0

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from django_cluster_cron.core.partitions import (
+from tests.unit.partitions import (
     LeaseView,
     Member,
     partition_of,
@@ -327,7 +327,7 @@ def check(seed: int) -> Simulation:
 def test_a_job_maps_to_one_stable_partition_and_jobs_spread_evenly():
     """The same partition in every process whatever its hash seed (not Python's hash())."""
     code = (
-        "from django_cluster_cron.core.partitions import partition_of, weight\n"
+        "from tests.unit.partitions import partition_of, weight\n"
         "print([partition_of(j, 16) for j in range(100)], weight('node-a', 3))\n"
     )
     outputs = printed_in_processes(code)

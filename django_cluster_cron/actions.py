@@ -23,12 +23,13 @@ from .ledger.transitions import cancel_waiting, retry_failed
 from .models import JobDefinition, JobRun, RunStatus, RunTrigger
 from .models.changes import record_change
 
+# The logger keeps the name it has always had (logging configurations and alerts name it).
 logger = logging.getLogger("django_cluster_cron.operations")
 
 BACKFILL_LIMIT = 1000
 
 
-class OperationError(Exception):
+class ActionRefused(Exception):
     """The action cannot be done; the message says why (shown to the operator)."""
 
 
@@ -60,7 +61,7 @@ def run_now(job: JobDefinition, *, by: str = "admin") -> JobRun:
             run = dispatchable_run(job, now, RunTrigger.MANUAL, counts, node=by)
             run.save()
     except IntegrityError:
-        raise OperationError("A run for this very instant already exists; try again.") from None
+        raise ActionRefused("A run for this very instant already exists; try again.") from None
     publish([run])
     run.refresh_from_db()
     record_change(job, "run_now", note=f"run {run.pk} ({run.status})")
@@ -78,9 +79,9 @@ class BackfillPlan:
 def plan_backfill(job: JobDefinition, start: datetime, end: datetime) -> BackfillPlan:
     """The slots of ``job`` in ``(start, end]`` a backfill would create (bounded)."""
     if end <= start:
-        raise OperationError("The end of the range must be after its start.")
+        raise ActionRefused("The end of the range must be after its start.")
     if end > database_now():
-        raise OperationError("A backfill covers the past only; the end is in the future.")
+        raise ActionRefused("A backfill covers the past only; the end is in the future.")
     slots: list[datetime] = []
     truncated = False
     for slot in job.schedule.iter_after(start):
@@ -108,7 +109,7 @@ def backfill(
     policy (with ``skip``, only the first slot runs while it is active; the rest are skipped)."""
     plan = plan_backfill(job, start, end)
     if plan.truncated:
-        raise OperationError(
+        raise ActionRefused(
             f"The range holds more than {BACKFILL_LIMIT:,} slots without a run; narrow it."
         )
     counts = _activity(job)
@@ -131,7 +132,7 @@ def backfill(
 def retry(run: JobRun) -> JobRun:
     """Run a failed run again: the same run, the next attempt."""
     if not retry_failed(run):
-        raise OperationError(f"Run {run.pk} is {run.status}, not failed: only failed runs retry.")
+        raise ActionRefused(f"Run {run.pk} is {run.status}, not failed: only failed runs retry.")
     run.refresh_from_db()
     publish([run])
     run.refresh_from_db()
@@ -141,6 +142,6 @@ def retry(run: JobRun) -> JobRun:
 def cancel(run: JobRun, *, reason: str = "cancelled by an operator") -> JobRun:
     """Cancel a run that has not started (pending, queued or waiting for a retry)."""
     if not cancel_waiting(run, reason):
-        raise OperationError(f"Run {run.pk} is {run.status}: only waiting runs can be cancelled.")
+        raise ActionRefused(f"Run {run.pk} is {run.status}: only waiting runs can be cancelled.")
     run.refresh_from_db()
     return run

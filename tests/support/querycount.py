@@ -42,7 +42,7 @@ def count_queries() -> Iterator[QueryLog]:
         finally:
             log.queries.append((sql, time.perf_counter() - started))
 
-    from .leases.database import private_wrapper
+    from django_cluster_cron.leases.database import private_wrapper
 
     with ExitStack() as stack:
         for wrapped in (connection, private_wrapper()):

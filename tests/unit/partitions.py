@@ -1,4 +1,5 @@
-"""Partitioned leadership, the protocol (designed and simulated; not wired into the scheduler).
+"""Partitioned leadership, the protocol: designed and simulated, not built, and so not part of the
+app — it lives beside its simulation (test_partition_simulation.py).
 
 See docs/explanation/scaling.md. Jobs map to ``K`` partitions by a stable hash of their id; each
 partition has a lease of its own (owner token, valid-until on the database's clock, fencing
