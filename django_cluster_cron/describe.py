@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import functools
 
-from .core.dialect import parse
 from .core.errors import ScheduleError
+from .core.parsing import parse
 
 
 @functools.lru_cache(maxsize=2048)

@@ -15,7 +15,8 @@ from typing import Any
 from celery import shared_task
 from celery.signals import task_revoked, worker_init, worker_process_shutdown
 
-from .worker.execute import execute, on_revoked
+from .worker.execute import execute
+from .worker.record import on_revoked
 
 
 # acks_late + reject_on_worker_lost: a message whose worker process died before it could claim the

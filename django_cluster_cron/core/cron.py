@@ -28,8 +28,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, tzinfo
 
-from .dialect import ALIASES, MAX_EXPRESSION_LENGTH, CronFields, normalize, parse
+from .dialect import ALIASES, MAX_EXPRESSION_LENGTH, CronFields
 from .errors import ScheduleError
+from .parsing import normalize, parse
 from .timezones import (
     UTC,
     gap_end,

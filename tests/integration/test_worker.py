@@ -24,7 +24,7 @@ from django_cluster_cron.dispatch.celery import CeleryDispatcher
 from django_cluster_cron.ledger.outbox import OutboxMessage
 from django_cluster_cron.models import JobDefinition, JobRun, RunStatus, RunTrigger
 from django_cluster_cron.tasks import execute_run
-from django_cluster_cron.worker.execute import duplicate_deliveries
+from django_cluster_cron.worker.claim import duplicate_deliveries
 from tests.integration.cluster import cut_other_connections, wait_for
 from tests.testapp.models import Execution
 

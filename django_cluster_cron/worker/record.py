@@ -1,0 +1,239 @@
+"""Recording how a claimed run ended, and the runs Celery discarded.
+
+``success`` with a short result and duration only when the body returned; on an exception either
+the next attempt (same run, ``attempt + 1``, status ``retrying``, re-published with a countdown
+of exponential backoff with jitter) or, after the last attempt, ``failed`` with the error and
+traceback. Every final write is conditional on the run still being ``running`` at this attempt,
+so a late finish after the run was declared lost changes nothing. Timestamps other hosts compare
+with slots are the database's time (:class:`RunTimer`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import time
+from datetime import datetime, timedelta
+from typing import Any
+
+from celery.exceptions import SoftTimeLimitExceeded
+from django.utils import timezone
+
+from .. import signals
+from ..core.retry import retry_delay
+from ..dispatch import send_runs
+from ..dispatch.celery import CeleryDispatcher
+from ..ledger import failures
+from ..ledger.outbox import OutboxMessage
+from ..ledger.statements import finish_run
+from ..ledger.transitions import record_discarded
+from ..models import JobRun, RunStatus
+from ..ops import metrics
+from .claim import is_id, with_fresh_connection
+
+logger = logging.getLogger("django_cluster_cron.worker")
+
+RESULT_LIMIT = 1000
+
+
+class RunTimer:
+    """Database time for a run's timestamps, whatever the worker's own clock says.
+
+    The claim stamps ``started_at`` with the database's clock; from then on "now" in database
+    time is that start plus the time this process measured since (a monotonic clock), so a
+    worker whose clock is off still writes retry times the leader compares correctly.
+    """
+
+    def __init__(self, started_at: datetime) -> None:
+        self.started_at = started_at
+        self._start = time.monotonic()
+
+    def elapsed(self) -> timedelta:
+        return timedelta(seconds=time.monotonic() - self._start)
+
+    def now(self) -> datetime:
+        return self.started_at + self.elapsed()
+
+
+@dataclasses.dataclass
+class Outcome:
+    """How a claimed run ended, decided before anything is written."""
+
+    kind: str  # "success", "failure" (retried if attempts remain), "final" (failed), "skipped"
+    result: Any = None
+    error: BaseException | None = None
+    trace: str = ""
+    reason: str = ""
+
+
+def record(task: Any, run: JobRun, timer: RunTimer, outcome: Outcome) -> None:
+    """Write the outcome (reconnecting once if the connection broke). A soft time limit that
+    fires while this writes does not change what happened: the write is made again."""
+    record = functools.partial(_record_once, task, run, timer, outcome)
+    try:
+        with_fresh_connection(record)
+    except SoftTimeLimitExceeded:
+        with_fresh_connection(record)
+
+
+def _record_once(task: Any, run: JobRun, timer: RunTimer, outcome: Outcome) -> None:
+    if outcome.kind == "success":
+        _succeed(run, timer, outcome.result)
+    elif outcome.kind == "skipped":
+        _skip(run, timer, outcome.reason)
+    elif outcome.kind == "final":
+        _fail(run, timer, outcome)
+    else:
+        _after_failure(task, run, timer, outcome)
+
+
+def _finish(run: JobRun, timer: RunTimer, **fields: Any) -> bool:
+    """Write a final state if the run is still ``running`` at this attempt; True if written.
+
+    ``finished_at`` is the database's time; ``duration`` what this process measured.
+    """
+    duration = timer.elapsed()
+    fields.setdefault("duration", duration)
+    updated = finish_run(run.pk, run.attempt, fields)
+    for name, value in fields.items():
+        setattr(run, name, value)
+    run.finished_at = timer.started_at + duration
+    if updated:
+        _count_outcome(run, fields["status"], duration)
+    return bool(updated)
+
+
+# What the metrics call each final status the worker writes.
+OUTCOMES = {
+    RunStatus.SUCCESS: "succeeded",
+    RunStatus.FAILED: "failed",
+    RunStatus.RETRYING: "retried",
+    RunStatus.SKIPPED: "skipped",
+    RunStatus.CANCELLED: "cancelled",
+    RunStatus.MISSED: "expired",
+}
+
+
+def _count_outcome(run: JobRun, status: str, duration: timedelta | None) -> None:
+    found = metrics.get()
+    found.runs.labels(outcome=OUTCOMES.get(status, status)).inc()
+    if duration is not None and status != RunStatus.SKIPPED:  # a skipped body did not run
+        job = found.job_label(run.job.name) if found is not metrics.NULL else ""
+        found.run_duration.labels(job=job).observe(duration.total_seconds())
+        if status == RunStatus.SUCCESS and run.finished_at is not None:
+            found.last_success.labels(job=job).set(run.finished_at.timestamp())
+
+
+def _skip(run: JobRun, timer: RunTimer, reason: str) -> None:
+    if _finish(run, timer, status=RunStatus.SKIPPED, reason=reason[:255]):
+        logger.info("run.skipped run=%s job=%s reason=%s", run.pk, run.job_id, reason)
+        signals.send(signals.run_skipped, run, reason=reason)
+
+
+def _succeed(run: JobRun, timer: RunTimer, result: Any) -> None:
+    if _finish(run, timer, status=RunStatus.SUCCESS, result=_short(result), error=""):
+        logger.info("run.succeeded run=%s job=%s attempt=%s", run.pk, run.job_id, run.attempt)
+        failures.note_success(run.job)
+        signals.send(signals.run_succeeded, run, result=result)
+    else:
+        logger.warning("run.finished_late run=%s: it was declared lost meanwhile", run.pk)
+
+
+def _error_text(outcome: Outcome) -> str:
+    if outcome.error is None:
+        return outcome.reason[:10_000]
+    return f"{type(outcome.error).__name__}: {outcome.error}"[:10_000]
+
+
+def _fail(run: JobRun, timer: RunTimer, outcome: Outcome) -> None:
+    """The run failed and is not retried (the last attempt, or a failure no retry can fix)."""
+    error = _error_text(outcome)
+    if _finish(run, timer, status=RunStatus.FAILED, error=error, traceback=outcome.trace[:50_000]):
+        logger.warning(
+            "run.failed run=%s job=%s attempt=%s error=%s", run.pk, run.job_id, run.attempt, error
+        )
+        signals.send(signals.run_failed, run, error=outcome.error)
+        failures.note_failure(run.job)
+
+
+def _after_failure(task: Any, run: JobRun, timer: RunTimer, outcome: Outcome) -> None:
+    job = run.job
+    if run.attempt > job.max_retries:
+        _fail(run, timer, outcome)
+        return
+    error = _error_text(outcome)
+    delay = retry_delay(run.attempt, base=job.retry_backoff, cap=job.retry_backoff_max)
+    # Compared by the leader with the database's clock: computed in database time.
+    retry_at = timer.now() + timedelta(seconds=delay)
+    failed_attempt = run.attempt
+    if not _finish(
+        run,
+        timer,
+        status=RunStatus.RETRYING,
+        attempt=run.attempt + 1,
+        retry_at=retry_at,
+        # Until the retry message is confirmed sent, the outbox treats it as unsent.
+        republish_at=retry_at,
+        error=error,
+        traceback=outcome.trace[:50_000],
+    ):
+        return
+    logger.warning(
+        "run.retrying run=%s job=%s failed_attempt=%s delay=%.2fs error=%s",
+        run.pk,
+        job.pk,
+        failed_attempt,
+        delay,
+        error,
+    )
+    signals.send(signals.run_retrying, run, error=outcome.error, delay=delay)
+    # The message's ETA is read by the worker that receives it, against its own clock.
+    _publish_retry(task, run, eta=timezone.now() + timedelta(seconds=delay), db_now=timer.now())
+
+
+def _publish_retry(task: Any, run: JobRun, *, eta: datetime, db_now: datetime) -> None:
+    # The re-publish deadline counts from the retry time in database time, like the leader's.
+    message = OutboxMessage.for_run(run, eta=eta)
+    sent = send_runs(CeleryDispatcher(task.app), [message], now=db_now, not_before=run.retry_at)
+    if sent.failure is not None:
+        # The run stays 'retrying'; the leader's outbox sweep publishes it once overdue.
+        logger.error("run.retry_publish_failed run=%s error=%s", run.pk, sent.failure)
+
+
+def _short(result: Any) -> str:
+    text = repr(result)
+    return text if len(text) <= RESULT_LIMIT else text[: RESULT_LIMIT - 1] + "…"
+
+
+# -- runs Celery discarded ----------------------------------------------------------------------
+
+
+def on_revoked(request: Any, terminated: bool, signum: Any, expired: bool) -> None:
+    """Celery's ``task_revoked`` for an ``execute_run`` message: record why the run did not run.
+
+    An expired message (the job's ``expires``) makes the run ``missed``; a revoke before it
+    started, or one that terminated it while running, makes it ``cancelled``. Each write is
+    conditional on the run still being in the state that message could have moved it from, so
+    a copy revoked after another copy ran changes nothing.
+    """
+    args = list(getattr(request, "args", None) or ())
+    run_id = args[0] if args else None
+    attempt = args[1] if len(args) > 1 else 1
+    task_id = getattr(request, "id", None)
+    if not (is_id(run_id) and is_id(attempt) and task_id):
+        return
+    assert isinstance(run_id, int)
+    assert isinstance(attempt, int)
+    try:
+        status = with_fresh_connection(
+            lambda: record_discarded(
+                run_id, str(task_id), attempt, terminated=terminated, expired=expired, signum=signum
+            )
+        )
+    except Exception as exc:  # the message is gone either way; the outbox may send it again
+        logger.error("run.revoke_not_recorded run=%s error=%s", run_id, exc)
+        return
+    if status is not None:
+        logger.warning("run.revoked run=%s task_id=%s status=%s", run_id, task_id, status)
+        metrics.get().runs.labels(outcome=OUTCOMES[RunStatus(status)]).inc()
