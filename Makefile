@@ -54,7 +54,7 @@ demo:  ## run the example project end to end
 docs:  ## build the documentation site into site/ (warnings are errors); `mkdocs serve` to write
 	bash scripts/docs.sh
 
-bench:  ## the benchmarks vs the DESIGN targets and the peers; BENCH_ARGS=--quick for a smoke run
+bench:  ## the benchmarks vs the targets (bench/README.md) and the peers; BENCH_ARGS=--quick for a smoke run
 	bash scripts/bench.sh $(BENCH_ARGS)
 
 release-check:  ## build sdist and wheel, check them, smoke-test the wheel in a fresh project

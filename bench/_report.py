@@ -253,7 +253,7 @@ def render(results: list[dict[str, Any]], info: dict[str, str], command: str, mo
         "|---|---|",
         *[f"| {k} | {v} |" for k, v in info.items()],
         "",
-        "## DESIGN §7 targets",
+        "## Targets",
         "",
         "| workload | target | met? | figure |",
         "|---|---|---|---|",

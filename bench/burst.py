@@ -9,7 +9,7 @@ queue is N (ours: and N JobRun rows ``queued``, checked). The physical-limit pro
 publishes of a message equal to ours (same body, headers and properties; a fresh id each) to the
 same Redis broker and queue with one producer, in the same repetition. A peer that does not
 finish within --cap seconds is reported as a lower bound and not run at larger N.
-Target (DESIGN §7): ours at N=10,000 at >= 50% of the bare publish rate.
+Target: ours at N=10,000 at >= 50% of the bare publish rate.
 """
 
 from __future__ import annotations

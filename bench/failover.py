@@ -17,7 +17,7 @@ boundaries, 3 of our `run_scheduler`, 2 DatabaseSchedulers and 2 redbeats side b
 publishing to one broker; distinct task ids and messages per (job, slot) are counted
 (1 = exactly once; ours' extra messages are outbox re-publishes of the same task id). The
 redbeat failover rounds run during this window (other keys, other args); ours run after it.
-Targets (DESIGN §7): SIGKILL <= TTL + 1 s, SIGTERM <= 2 s.
+Targets: SIGKILL <= TTL + 1 s, SIGTERM <= 2 s.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ the SQL queries (and for redbeat the Redis commands) of one tick, then time ``--
 Ours is ``Scheduler.step()`` as leader, with the Redis lease and with the database lease (whose
 renewal, an UPDATE every TTL/3, lands in some ticks); DatabaseScheduler is one pass of celery
 beat's loop (``tick()`` + its sync check); redbeat is ``RedBeatScheduler.tick()`` holding its lock.
-Target (DESIGN §7): constant queries, ours at the largest N within 2x of N=100.
+Target: constant queries, ours at the largest N within 2x of N=100.
 """
 
 from __future__ import annotations

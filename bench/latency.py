@@ -14,7 +14,7 @@ message (ours: the cluster_cron_job header; peers: the job's own args), the fire
 job's schedule. Each minute of the window is one repetition: p50/p99/max per minute, then the
 median/min/max over the minutes. Messages still missing at last fire + cap count at the cap
 (a lower bound, said in the note). Ours only, additionally: the seconds-staggered variant
-(6-field cron, seconds last) at N=10,000 spread evenly over the window, which is what the DESIGN
+(6-field cron, seconds last) at N=10,000 spread evenly over the window, which is what the
 target means. Each system runs alone in its window (--quick: the three share one, N=100).
 """
 

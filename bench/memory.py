@@ -10,7 +10,7 @@ loaded and ticked), then its VmHWM (peak RSS, /proc/<pid>/status) is read. Burst
 owing one slot; VmHWM once all N messages are in the broker (or at --cap). Ours only, "ahead":
 N jobs due together at a minute that is still to come, so the scheduler records all N ahead
 and holds their built messages until then (LOOKAHEAD_RUNS bounds them); VmHWM once all N are
-in the broker. Target (DESIGN §7): ours flat in N, idle and through a burst; recorded ahead, the
+in the broker. Target: ours flat in N, idle and through a burst; recorded ahead, the
 memory held is bounded by LOOKAHEAD_RUNS, not by N (reported per run held).
 """
 

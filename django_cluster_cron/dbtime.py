@@ -1,4 +1,5 @@
-"""The database server's clock: the one clock the cluster agrees on (DESIGN §2, G7).
+"""The database server's clock: the one clock the cluster agrees on (guarantee G7,
+docs/explanation/guarantees.md).
 
 Hosts drift — a VM resumed from suspend, a container without NTP — but every scheduler and
 worker talks to the same database. So what is due, how late a run is and whether a worker still

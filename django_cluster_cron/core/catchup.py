@@ -4,8 +4,8 @@ Pure: the caller passes ``now`` and the job's watermark; nothing here reads a cl
 
 The watermark (``JobDefinition.last_scheduled_at``) means "every slot at or before this instant
 has been decided". Slots due now are those in ``(watermark, now]``; only the ones inside the
-catch-up window ``(now - window, now]`` may run (DESIGN §4: ``from = max(last_scheduled_at,
-now - catchup_window)``). The policy picks among them:
+catch-up window ``(now - window, now]`` may run (``from = max(last_scheduled_at, now -
+catchup_window)``, docs/explanation/scheduler.md). The policy picks among them:
 
 * ``all``    — run every slot in the window, at most ``cap`` (the most recent ones);
 * ``latest`` — run the most recent slot only;

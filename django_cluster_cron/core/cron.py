@@ -1,4 +1,5 @@
-"""Fire times of a cron expression in a time zone: iteration and the DST rules (DESIGN §6).
+"""Fire times of a cron expression in a time zone: iteration and the DST rules
+(docs/how-to/time-zones.md).
 
 The expression's meaning — the exact set of values per field — comes from :mod:`.dialect`; this
 module walks the calendar over those sets and turns wall-clock times in the job's zone into
@@ -241,7 +242,8 @@ class CronSchedule:
         return offset
 
     def _instants_of(self, wall: datetime) -> list[datetime]:
-        """The instants a wall time near a transition fires at, per the rules of DESIGN §6."""
+        """The instants a wall time near a transition fires at, per the DST rules (see the module
+        doc)."""
         zone = self.zone
         if is_imaginary(wall, zone):
             return [gap_end(wall, zone)] if self.wall_clock else []
@@ -261,8 +263,9 @@ def fire_times(cron: str, timezone: str, after: datetime, limit: int) -> list[da
     """The next ``limit`` fire times of ``cron`` in ``timezone`` strictly after ``after``.
 
     ``after`` must be an aware datetime; the result is a list of aware UTC datetimes following
-    the DST rules of DESIGN §6. Raises ``ValueError`` (``ScheduleError``) for a bad expression, an
-    unknown time zone, an expression that never fires, a naive ``after`` or a bad ``limit``.
+    the DST rules of docs/how-to/time-zones.md. Raises ``ValueError`` (``ScheduleError``) for a
+    bad expression, an unknown time zone, an expression that never fires, a naive ``after`` or a
+    bad ``limit``.
     """
     return CronSchedule.parse(cron, timezone).fire_times(after, limit)
 

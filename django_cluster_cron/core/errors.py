@@ -1,7 +1,8 @@
 """The one exception type of the pure core.
 
-It is a ``ValueError`` (so ``fire_times`` keeps the contract of DESIGN §6) that also says *which*
-input was wrong, so a Django form or model can attach the message to the right field.
+It is a ``ValueError`` (so ``fire_times`` keeps its documented contract,
+docs/reference/python-api.md) that also says *which* input was wrong, so a Django form or model
+can attach the message to the right field.
 """
 
 from __future__ import annotations

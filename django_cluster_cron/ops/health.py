@@ -27,7 +27,7 @@ from .status import ClusterStatus, cluster_status
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 
-# The DESIGN §7 on-time target: a slot published within a second of its fire time.
+# The on-time target (bench/README.md): a slot published within a second of its fire time.
 LAG_WARN = 1.0
 
 

@@ -1,4 +1,5 @@
-"""One clock, the database's (DESIGN G7): schedulers and workers on hosts whose clocks are off.
+"""One clock, the database's (guarantee G7, docs/explanation/guarantees.md): schedulers and
+workers on hosts whose clocks are off.
 
 Real `run_scheduler` and Celery worker processes run under Debian's faketime (the wall clock of
 the process 30 or 60 s off, the monotonic clock real). This test process is the observer on the
@@ -38,7 +39,7 @@ pytestmark = [
 ]
 
 # How early a slot may be recorded (the issue's bound), and how late counts as on time: the
-# DESIGN target is 1 s to the broker; the margin is a loaded 2-core CI machine.
+# The target is 1 s to the broker (bench/README.md); the margin is a loaded 2-core CI machine.
 EARLY = timedelta(seconds=1)
 ON_TIME = timedelta(seconds=1.5)
 

@@ -1,8 +1,9 @@
 """Real `run_scheduler` processes against one database (and Redis, with the Redis lease):
 failover, pauses, crashes — with each lease backend.
 
-Short TTLs keep the file fast; the bounds asserted are the guarantee (DESIGN G3) plus a margin for
-a loaded CI machine. The measured numbers are printed by bench/failover.py.
+Short TTLs keep the file fast; the bounds asserted are the guarantee (G3,
+docs/explanation/guarantees.md) plus a margin for a loaded CI machine. The measured numbers are
+printed by bench/failover.py.
 """
 
 from __future__ import annotations

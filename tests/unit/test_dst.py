@@ -1,5 +1,5 @@
-"""DST rules of DESIGN §6, in several zones (one with a 30-minute shift, one southern, one that
-jumps at midnight)."""
+"""The DST rules of docs/how-to/time-zones.md, in several zones (one with a 30-minute shift, one
+southern, one that jumps at midnight)."""
 
 from datetime import datetime, timezone
 
@@ -19,7 +19,7 @@ def utc(
 @pytest.mark.parametrize(
     ("cron", "zone", "after", "expected"),
     [
-        # DESIGN §6: a wall time in the spring-forward gap fires once, at the first instant after.
+        # A wall time in the spring-forward gap fires once, at the first instant after.
         (
             "30 2 * * *",
             "America/New_York",
@@ -80,7 +80,7 @@ def test_several_slots_inside_one_gap_collapse_into_one_run():
 @pytest.mark.parametrize(
     ("cron", "zone", "after", "expected"),
     [
-        # DESIGN §6: a repeated wall time of a fixed-hour job fires once, at its first occurrence.
+        # A repeated wall time of a fixed-hour job fires once, at its first occurrence.
         (
             "30 1 * * *",
             "America/New_York",
@@ -124,7 +124,7 @@ def test_after_inside_the_second_pass_does_not_refire_a_fixed_job():
 @pytest.mark.parametrize(
     ("cron", "zone", "after", "expected"),
     [
-        # DESIGN §6: a job whose hour is * runs every real hour through the repeat.
+        # A job whose hour is * runs every real hour through the repeat.
         (
             "0 * * * *",
             "America/New_York",
