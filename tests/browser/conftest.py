@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.cluster import cluster, lease_kind  # noqa: F401 (fixtures)
+from tests.support.cluster import cluster, lease_kind  # noqa: F401 (fixtures)
 
 # Playwright's sync API runs an event loop in the test thread; Django's ORM (used by the test
 # itself to check the database) refuses to run in a thread with a running loop unless told.

@@ -350,7 +350,7 @@ class Chaos:
         return True
 
     def _terminate_backends(self) -> None:
-        from tests.integration.cluster import cut_other_connections
+        from tests.support.cluster import cut_other_connections
 
         for _ in range(3):
             cut_other_connections()

@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from django_cluster_cron.models import JobDefinition, JobRun, RunStatus
 from django_cluster_cron.ops.status import cluster_status
-from tests.integration.cluster import (
+from tests.support.cluster import (
     LEASES,
     assert_every_slot_once,
     every_second_job,

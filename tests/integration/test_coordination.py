@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from django_cluster_cron.coordination import Coordination, coordination_for
-from tests.integration.leases import BACKENDS, make_backend
+from tests.support.leases import BACKENDS, make_backend
 
 # The database's reports and counters are rows other connections must see: committed.
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -26,7 +26,7 @@ from django_cluster_cron.ops.health import FAIL, OK, WARN, cluster_health
 from django_cluster_cron.scheduler import build_scheduler
 from django_cluster_cron.scheduler.health import BACKOFF_MAX, Health
 from django_cluster_cron.testing import NoWait
-from tests.integration.cluster import wait_for
+from tests.support.cluster import wait_for
 from tests.support.querycount import count_queries
 
 pytestmark = pytest.mark.django_db(transaction=True)

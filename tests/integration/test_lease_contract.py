@@ -12,7 +12,7 @@ import time
 import pytest
 
 from django_cluster_cron.leases import LeaseBackend
-from tests.integration.leases import lease_backend, wait_until
+from tests.support.leases import lease_backend, wait_until
 
 __all__ = ["lease_backend"]
 

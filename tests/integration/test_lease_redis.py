@@ -17,7 +17,7 @@ from redis.retry import Retry
 
 from django_cluster_cron.leases import get_backend
 from django_cluster_cron.leases.redis import LeaseUnavailable, RedisLease
-from tests.integration.leases import wait_until
+from tests.support.leases import wait_until
 
 KEY = "test-lease:leader"
 

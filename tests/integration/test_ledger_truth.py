@@ -23,8 +23,8 @@ from django_cluster_cron.models import JobDefinition, JobRun, RunStatus
 from django_cluster_cron.scheduler.recording import Recorder
 from django_cluster_cron.tasks import execute_run
 from django_cluster_cron.worker.execute import CalledDirectly
-from tests.integration.cluster import wait_for
 from tests.integration.test_worker import apply, make_job, make_run, publish
+from tests.support.cluster import wait_for
 from tests.testapp.celery import app
 from tests.testapp.models import Execution
 

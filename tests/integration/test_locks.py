@@ -25,7 +25,7 @@ from django_cluster_cron.locks import (
     LockUnavailable,
     cluster_lock,
 )
-from tests.integration.cluster import wait_for
+from tests.support.cluster import wait_for
 
 # The database backend's rows must be committed: other connections and processes read them.
 pytestmark = pytest.mark.django_db(transaction=True)

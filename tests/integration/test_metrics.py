@@ -18,7 +18,7 @@ from django_cluster_cron.models import JobDefinition, JobRun, RunStatus, RunTrig
 from django_cluster_cron.ops import metrics
 from django_cluster_cron.scheduler import build_scheduler
 from django_cluster_cron.testing import NoWait
-from tests.integration.cluster import wait_for
+from tests.support.cluster import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

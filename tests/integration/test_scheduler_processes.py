@@ -20,7 +20,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from django_cluster_cron.models import JobDefinition, JobRun, RunStatus, SchedulerLease
-from tests.integration.cluster import (
+from tests.support.cluster import (
     LEASES,
     POLL,
     TTL,

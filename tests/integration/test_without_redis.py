@@ -11,8 +11,8 @@ import time
 import pytest
 
 from django_cluster_cron.models import JobRun, RunStatus
-from tests.integration.cluster import assert_every_slot_once, every_second_job, wait_for
 from tests.settings import REDIS_PLACEHOLDER_URL
+from tests.support.cluster import assert_every_slot_once, every_second_job, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 

@@ -25,7 +25,7 @@ from django_cluster_cron.ledger.outbox import OutboxMessage
 from django_cluster_cron.models import JobDefinition, JobRun, RunStatus, RunTrigger
 from django_cluster_cron.tasks import execute_run
 from django_cluster_cron.worker.claim import duplicate_deliveries
-from tests.integration.cluster import cut_other_connections, wait_for
+from tests.support.cluster import cut_other_connections, wait_for
 from tests.testapp.models import Execution
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from tests.support.processes import printed_in_processes
 from tests.unit.partitions import (
     LeaseView,
     Member,
@@ -39,7 +40,6 @@ from tests.unit.partitions import (
     preferred,
     weight,
 )
-from tests.unit.processes import printed_in_processes
 
 TTL = 10.0
 POLL = 1.0

@@ -12,7 +12,7 @@ from django_cluster_cron.core.catchup import CatchupPolicy, CatchupRules, Trigge
 from django_cluster_cron.core.cron import CronSchedule
 from django_cluster_cron.core.errors import ScheduleError
 from django_cluster_cron.core.timing import SlotTiming, jitter_offset
-from tests.unit.processes import printed_in_processes
+from tests.support.processes import printed_in_processes
 
 UTC = timezone.utc
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)

@@ -1,6 +1,6 @@
 """A scheduler process that dies at a chosen point: the crash tests' seam.
 
-``python -m tests.integration.faults after_record NODE TTL POLL`` runs a real scheduler, built as
+``python -m tests.support.faults after_record NODE TTL POLL`` runs a real scheduler, built as
 ``run_scheduler`` builds it, whose dispatcher ends the process (exit 70) the first time it is
 asked to send or prepare anything: right after the leader committed a batch of runs, before any
 of their messages was built or sent. The product code has no hook for it: the dispatch port is

@@ -132,12 +132,12 @@ class Cluster:
 
         ``clock_offset="+30s"`` runs it on a host clock that far off (Debian's faketime);
         ``args=[...]`` adds command-line options; ``fault="after_record"`` runs instead a
-        scheduler that dies there (tests/integration/faults.py); other keywords become
+        scheduler that dies there (tests/support/faults.py); other keywords become
         environment variables.
         """
         fault = extra.pop("fault", None)
         if fault is not None:
-            faulty = [sys.executable, "-m", "tests.integration.faults", fault, node]
+            faulty = [sys.executable, "-m", "tests.support.faults", fault, node]
             return self._spawn(node, [*faulty, str(TTL), str(POLL)], extra)
         command = [
             sys.executable,
