@@ -109,11 +109,22 @@ def pytest_report_header(config: pytest.Config) -> str:
     return f"redis: {REDIS_URL_FROM_ENV} (from REDIS_URL)"
 
 
+TESTS_DIR = Path(__file__).resolve().parent
+DATABASE_DIR = TESTS_DIR / "database"  # in this process, against the database, Redis, a broker
+CLUSTER_DIR = TESTS_DIR / "cluster"  # real processes: schedulers, workers, servers, children
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by these markers
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    integration_dir = Path(__file__).parent / "integration"
+    """Markers by directory: ``integration`` (real services) on tests/database and tests/cluster,
+    and ``slow`` on tests/cluster, so that ``-m "not slow"`` leaves out every multi-process test.
+    """
     for item in items:
-        if integration_dir in item.path.parents:
+        parents = Path(item.path).resolve().parents
+        if DATABASE_DIR in parents or CLUSTER_DIR in parents:
             item.add_marker(pytest.mark.integration)
+        if CLUSTER_DIR in parents:
+            item.add_marker(pytest.mark.slow)
 
 
 def _load_hypothesis_profile() -> None:

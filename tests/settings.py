@@ -1,7 +1,7 @@
 """Django settings for the test suite (``DJANGO_SETTINGS_MODULE=tests.settings``).
 
 Services come from the environment, so the same settings serve a laptop, CI and the
-subprocesses (schedulers, Celery workers) that integration tests start:
+subprocesses (schedulers, Celery workers) that the tests in tests/cluster start:
 
 ``DATABASE_URL``
     Any URL dj-database-url understands. Default: SQLite. For PostgreSQL use e.g.
@@ -120,7 +120,7 @@ def _database() -> dict[str, Any]:
     test_name = os.environ.get("TEST_DB_NAME")
     if config["ENGINE"] == "django.db.backends.sqlite3":
         # A file, not Django's in-memory default, so that scheduler and worker subprocesses
-        # started by integration tests can open the same test database.
+        # started by the tests in tests/cluster can open the same test database.
         test_name = test_name or os.path.join(
             tempfile.gettempdir(), f"dcc-test-{os.getpid()}.sqlite3"
         )

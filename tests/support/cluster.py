@@ -1,4 +1,5 @@
-"""Real processes for the integration tests: `run_scheduler` nodes and Celery workers.
+"""Real processes for the multi-process tests (tests/cluster, and the browser session):
+`run_scheduler` nodes and Celery workers.
 
 Every process gets the test database and the suite's Redis through ``django_subprocess_env``,
 its own key prefix, the lease backend of the test (``lease_kind``: Redis unless a test

@@ -1,8 +1,8 @@
-"""The scheduler in process for the integration tests: a controllable clock and real parts.
+"""The scheduler in process for the database tests: a controllable clock and real parts.
 
-``make_scheduler`` (a fixture, registered in conftest.py) builds schedulers on the suite's
-Redis or the database lease (``lease_kind``), the real store and Celery publish, with a clock
-the test moves. ``job`` makes a job whose slots up to a watermark are decided.
+``make_scheduler`` (a fixture, registered in tests/database/conftest.py) builds schedulers on the
+suite's Redis or the database lease (``lease_kind``), the real store and Celery publish, with a
+clock the test moves. ``job`` makes a job whose slots up to a watermark are decided.
 """
 
 from __future__ import annotations

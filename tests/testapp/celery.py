@@ -1,6 +1,6 @@
 """The suite's Celery app (``CLUSTER_CRON["CELERY_APP"] = "tests.testapp.celery:app"``).
 
-Start a worker for integration tests with::
+Start a worker for the multi-process tests (tests/cluster) with::
 
     DJANGO_SETTINGS_MODULE=tests.settings celery -A tests.testapp.celery:app worker
 """

@@ -1,16 +1,15 @@
 """The ledger says what ran: no finished status for a body that did not run to completion.
 
 A job may not schedule the app's own task; malformed and forged messages leave the row as it was;
-a body that raised Celery's Ignore or Reject, called ``self.retry()``, or hit its soft time limit
-is recorded as what happened; messages Celery discarded (revoked, expired, terminated) say so.
-In-process cases go through Celery's ``apply``; the time-limit and revoke cases need real
-prefork worker processes.
+a body that raised Celery's Ignore or Reject, called ``self.retry()`` or ``sys.exit``, or was
+ended by a signal is recorded as what happened. These cases go through Celery's ``apply``; a soft
+time limit and the messages Celery discards need real prefork worker processes:
+tests/cluster/test_ledger_truth_workers.py.
 """
 
 from __future__ import annotations
 
 import signal
-import time
 from datetime import timedelta
 
 import pytest
@@ -23,8 +22,7 @@ from django_cluster_cron.models import JobDefinition, JobRun, RunStatus
 from django_cluster_cron.scheduler.recording import Recorder
 from django_cluster_cron.tasks import execute_run
 from django_cluster_cron.worker.execute import CalledDirectly
-from tests.integration.test_worker import apply, make_job, make_run, publish
-from tests.support.cluster import wait_for
+from tests.support.jobs import apply, make_job, make_run
 from tests.testapp.celery import app
 from tests.testapp.models import Execution
 
@@ -202,101 +200,3 @@ def test_a_body_ended_by_a_terminate_signal_is_left_running_for_the_revoke_or_th
     assert run.error == ""
     assert run.finished_at is None
     assert any("run.interrupted" in record.getMessage() for record in caplog.records)
-
-
-# -- real worker processes: time limits and revokes ------------------------------------------------
-
-
-@pytest.mark.slow
-def test_a_body_stopped_by_its_soft_time_limit_fails_and_one_that_handles_it_succeeds(cluster):
-    cluster.worker("w1", concurrency=2)  # time limits need the prefork pool
-    cluster.wait_ready("w1")
-    stopped = make_run(
-        make_job(task="tests.soft_limited", args=["soft-stopped", 10], soft_time_limit=1)
-    )
-    handled = make_run(
-        make_job(
-            task="tests.soft_limited",
-            kwargs={"label": "soft-handled", "seconds": 10, "catch": True},
-            soft_time_limit=1,
-        )
-    )
-    publish(stopped)
-    publish(handled)
-    stopped = wait_for(
-        lambda: JobRun.objects.filter(pk=stopped.pk, status=RunStatus.FAILED).first(),
-        30,
-        "the stopped body's run to fail",
-    )
-    assert "SoftTimeLimitExceeded" in stopped.error
-    assert stopped.duration < timedelta(seconds=8)
-    handled = wait_for(
-        lambda: JobRun.objects.filter(pk=handled.pk, status=RunStatus.SUCCESS).first(),
-        30,
-        "the handling body's run to succeed",
-    )
-    assert handled.result == repr("cleaned up after the soft time limit")
-    for label in ("soft-stopped", "soft-handled"):
-        # The witness row was written before the limit, and never finished: the body stopped.
-        assert Execution.objects.get(label=label).finished_at is None
-
-
-@pytest.mark.slow
-def test_messages_celery_discards_say_why_in_the_ledger(cluster):
-    cluster.worker("w1", concurrency=2)
-    cluster.wait_ready("w1")
-    job = make_job(args=["discarded"])
-    revoked = make_run(job)
-    app.control.revoke(revoked.task_id)
-    time.sleep(0.5)  # the broadcast reaches the worker before the message does
-    publish(revoked)
-
-    late = make_job(args=["late"], expires=1)
-    expired = make_run(late)  # its slot lies in the past: slot + 1 s has gone by
-    publish(expired)
-
-    running_job = make_job(task="tests.sleep", args=[30])
-    running = make_run(running_job)
-    publish(running)
-    wait_for(
-        lambda: JobRun.objects.filter(pk=running.pk, status=RunStatus.RUNNING).exists(),
-        30,
-        "the long run to start",
-    )
-    # The worker's main process learns that a pool process took a message a moment after the
-    # body starts; a terminating revoke that arrives before that finds no task to terminate
-    # (Celery's "terminate: tasks unknown") and the body runs on. Revoke once it is listed.
-    wait_for(
-        lambda: any(
-            request.get("id") == running.task_id
-            for requests in (app.control.inspect(timeout=1).active() or {}).values()
-            for request in requests
-        ),
-        30,
-        "the worker to list the long run as active",
-    )
-    app.control.revoke(running.task_id, terminate=True)
-
-    revoked = wait_for(
-        lambda: JobRun.objects.filter(pk=revoked.pk, status=RunStatus.CANCELLED).first(),
-        30,
-        "the revoked run to be cancelled",
-    )
-    assert revoked.reason == "revoked in Celery before it started"
-    expired = wait_for(
-        lambda: JobRun.objects.filter(pk=expired.pk, status=RunStatus.MISSED).first(),
-        30,
-        "the expired run to be missed",
-    )
-    assert "expired before a worker took it" in expired.reason
-    running = wait_for(
-        lambda: JobRun.objects.filter(pk=running.pk, status=RunStatus.CANCELLED).first(),
-        30,
-        "the terminated run to be cancelled",
-    )
-    assert "terminated while running" in running.reason
-    assert not Execution.objects.filter(label__in=["discarded", "late"]).exists()
-    # A second copy of the revoked message changes nothing.
-    publish(revoked)
-    time.sleep(1)
-    assert JobRun.objects.get(pk=revoked.pk).status == RunStatus.CANCELLED

@@ -16,7 +16,7 @@ from rest_framework.test import APIClient
 from django_cluster_cron import audit
 from django_cluster_cron.declared import forget_decorated
 from django_cluster_cron.models import JobChange, JobDefinition
-from tests.integration.test_admin import VALID
+from tests.database.test_admin import VALID
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -1,30 +1,23 @@
-"""Prometheus metrics: what the scheduler and the workers export, read back with the official
-client's own text parser from real processes' /metrics."""
+"""Prometheus metrics from real processes: a `run_scheduler` node's and a prefork Celery
+worker's /metrics, read back with the official client's own text parser.
+
+What the leader counts in process is tests/database/test_metrics.py.
+"""
 
 from __future__ import annotations
 
 import re
-import threading
 import urllib.request
-import uuid
 from datetime import timedelta
 
 import pytest
-from django.db.models import F
-from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
 from django_cluster_cron.models import JobDefinition, JobRun, RunStatus, RunTrigger
-from django_cluster_cron.ops import metrics
-from django_cluster_cron.scheduler import build_scheduler
-from django_cluster_cron.testing import NoWait
 from tests.support.cluster import wait_for
+from tests.support.jobs import job_owing_one_slot
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def sample(name: str, **labels: str) -> float:
-    return REGISTRY.get_sample_value(name, labels) or 0.0
 
 
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -37,68 +30,9 @@ def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     return found
 
 
-def due_job(name, **fields):
-    job = JobDefinition(
-        name=name, cron="* * * * *", timezone="UTC", task="tests.add", args=[1, 2], **fields
-    )
-    job.full_clean()
-    job.save()
-    # Owed one slot: the schedule as if it had started a minute earlier.
-    JobDefinition.objects.filter(pk=job.pk).update(
-        last_scheduled_at=F("last_scheduled_at") - timedelta(minutes=1),
-        next_run_at=F("next_run_at") - timedelta(minutes=1),
-    )
-    return job
-
-
-def test_the_leader_counts_ticks_slots_latency_and_shows_its_role(settings, redis_client):
-    settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "KEY_PREFIX": f"t{uuid.uuid4().hex[:8]}"}
-    due_job("counted")
-    before = {
-        "ticks": sample("cluster_cron_ticks_total"),
-        "slots": sample("cluster_cron_slots_total", outcome="schedule")
-        + sample("cluster_cron_slots_total", outcome="catchup"),
-        "latency": sample("cluster_cron_publish_latency_seconds_count"),
-        "renewals": sample("cluster_cron_lease_renewals_total", result="ok"),
-    }
-    scheduler = build_scheduler(node_id="metered", sleeper=NoWait(), stop=threading.Event())
-    try:
-        scheduler.step()
-        assert scheduler.is_leader
-        assert sample("cluster_cron_leader", node="metered") == 1
-        assert sample("cluster_cron_lease_epoch") == scheduler.epoch
-        slots = sample("cluster_cron_slots_total", outcome="schedule") + sample(
-            "cluster_cron_slots_total", outcome="catchup"
-        )
-        assert slots - before["slots"] == 1
-        assert sample("cluster_cron_ticks_total") - before["ticks"] == 1
-        assert REGISTRY.get_sample_value("cluster_cron_clock_offset_seconds", {"node": "metered"})
-        scheduler.term.renew()
-        assert sample("cluster_cron_lease_renewals_total", result="ok") - before["renewals"] == 1
-    finally:
-        scheduler.shutdown()
-    assert sample("cluster_cron_leader", node="metered") == 0
-
-
-def test_the_job_label_is_capped(settings):
-    settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "METRICS_JOB_LABEL_LIMIT": 2}
-    found = metrics.Metrics.__new__(metrics.Metrics)
-    found._jobs, found._jobs_lock = set(), threading.Lock()
-    assert [found.job_label(n) for n in ("a", "b", "c", "a")] == ["a", "b", metrics.OTHER_JOBS, "a"]
-    settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "METRICS_JOB_LABEL_LIMIT": 0}
-    assert found.job_label("a") == metrics.OTHER_JOBS
-
-
-def test_metrics_off_is_a_no_op_everywhere(settings):
-    settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "METRICS": False}
-    assert metrics.get() is metrics.NULL
-    metrics.get().runs.labels(outcome="claimed").inc()  # does nothing, raises nothing
-
-
-@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_run_scheduler_serves_its_metrics(cluster):
-    due_job("scraped")
+    job_owing_one_slot("scraped")
     cluster.start("scraped-node", args=["--metrics-port", "0", "--health-host", "127.0.0.1"])
     port = int(
         wait_for(
@@ -132,7 +66,6 @@ def test_run_scheduler_serves_its_metrics(cluster):
     assert recorded >= 1
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_a_prefork_worker_adds_up_its_pool_processes(cluster, tmp_path):
     """Two pool processes run the bodies; the main process's /metrics counts them all."""

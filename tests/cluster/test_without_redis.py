@@ -14,7 +14,7 @@ from django_cluster_cron.models import JobRun, RunStatus
 from tests.settings import REDIS_PLACEHOLDER_URL
 from tests.support.cluster import assert_every_slot_once, every_second_job, wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+pytestmark = pytest.mark.timeout(180)
 
 
 @pytest.fixture

@@ -1,17 +1,14 @@
-"""Health from outside: ``cluster_health``, the JSON view, and one process's probe endpoints."""
+"""Health from outside: ``cluster_health``, the JSON view, and what one process's probes
+answer (a real process's endpoints and systemd watchdog: tests/cluster/test_probes.py)."""
 
 from __future__ import annotations
 
 import json
 import re
-import socket
 import threading
 import time
-import urllib.error
-import urllib.request
 import uuid
 from datetime import timedelta
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -26,7 +23,6 @@ from django_cluster_cron.ops.health import FAIL, OK, WARN, cluster_health
 from django_cluster_cron.scheduler import build_scheduler
 from django_cluster_cron.scheduler.health import BACKOFF_MAX, Health
 from django_cluster_cron.testing import NoWait
-from tests.support.cluster import wait_for
 from tests.support.querycount import count_queries
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -238,7 +234,7 @@ def test_the_health_checks_cost_the_same_queries_whatever_the_ledger_holds(leade
 HEALTH_QUERIES = 5
 
 
-# -- one process: its probe endpoints and systemd's watchdog ------------------------------------
+# -- one process: what its probes answer ---------------------------------------------------------
 
 
 def fake_scheduler(last_pass_ago=0.5, down=None):
@@ -270,52 +266,3 @@ def test_liveness_is_the_loop_turning_and_readiness_adds_the_dependencies():
     long = probe.process_health(fake_scheduler(down={"redis": 120}))
     assert (long["alive"], long["ready"]) == (True, False)
     assert long["down_for_seconds"]["redis"] >= 119
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(120)
-def test_run_scheduler_serves_probes_and_pings_the_systemd_watchdog(cluster, tmp_path: Path):
-    notify_path = tmp_path / "notify.sock"
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    sock.bind(str(notify_path))
-    sock.settimeout(20)
-    try:
-        cluster.start("probed", NOTIFY_SOCKET=str(notify_path), WATCHDOG_USEC="10000000")
-        messages = {sock.recv(64).decode() for _ in range(3)}
-    finally:
-        sock.close()
-    assert "READY=1" in messages
-    assert "WATCHDOG=1" in messages
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(120)
-def test_the_probe_endpoints_of_a_real_scheduler(cluster):
-    cluster.start("probed", args=["--health-port", "0", "--health-host", "127.0.0.1"])
-    port = wait_for(
-        lambda: re.findall(r"health.listening port=(\d+)", cluster.log("probed")),
-        30,
-        "the probe server to listen",
-    )[0]
-    base = f"http://127.0.0.1:{port}"
-
-    def get(path):
-        try:
-            with urllib.request.urlopen(base + path, timeout=5) as response:
-                return response.status, json.loads(response.read())
-        except urllib.error.HTTPError as error:
-            return error.code, json.loads(error.read() or b"{}")
-
-    def live():
-        status, body = get("/livez")
-        return body if status == 200 else None
-
-    body = wait_for(live, 20, "/livez to answer 200")
-    assert body["node"] == "probed"
-    assert body["alive"] is True
-    assert body["seconds_since_last_pass"] < 5
-    wait_for(lambda: get("/readyz")[1].get("role") == "leader", 20, "it to lead")
-    assert get("/healthz")[0] == 200
-    with pytest.raises(urllib.error.HTTPError) as missing:
-        urllib.request.urlopen(base + "/nope", timeout=5)
-    assert missing.value.code == 404

@@ -76,7 +76,7 @@ def test_the_decorator_declares_a_job_next_to_its_task(settings):
 
     [declared] = declarations(import_tasks=False)
     assert declared.name == "tests.declared_example"
-    assert declared.origin.startswith("tests.integration.test_declared:")
+    assert declared.origin.startswith("tests.database.test_declared:")
     settings.CLUSTER_CRON = {**settings.CLUSTER_CRON}
     sync()
     job = JobDefinition.objects.get(name="tests.declared_example")

@@ -10,7 +10,7 @@ from django.db.models import Model
 
 from django_cluster_cron.ledger.statements import claim_run, finish_run
 from django_cluster_cron.models import JobDefinition, JobRun, RunStatus
-from tests.integration.test_worker import make_job, make_run
+from tests.support.jobs import make_job, make_run
 
 pytestmark = pytest.mark.django_db
 

@@ -1,71 +1,28 @@
-"""The worker side: claims, the run lifecycle, retries, lost workers, execution-side overlap.
+"""The worker side in process: claims, the run lifecycle, retries, execution-side overlap.
 
-In-process tests run the real task through Celery's ``apply`` (no broker); the process tests use
-real Celery worker processes on the suite's Redis broker. The task bodies write to the witness
+The tests run the real task through Celery's ``apply`` (no broker); tests/cluster/
+test_worker_processes.py runs real Celery worker processes. The task bodies write to the witness
 table ``testapp.Execution``, independent of the run ledger.
 """
 
 from __future__ import annotations
 
-import itertools
 import os
-import signal
-import time
-import uuid
 from datetime import timedelta
 
 import pytest
-from django.db.models import Min
 from django.utils import timezone
 
 from django_cluster_cron import signals
 from django_cluster_cron.dbtime import database_now
-from django_cluster_cron.dispatch.celery import CeleryDispatcher
-from django_cluster_cron.ledger.outbox import OutboxMessage
-from django_cluster_cron.models import JobDefinition, JobRun, RunStatus, RunTrigger
+from django_cluster_cron.models import JobDefinition, JobRun, RunStatus
 from django_cluster_cron.tasks import execute_run
 from django_cluster_cron.worker.claim import duplicate_deliveries
 from tests.support.cluster import cut_other_connections, wait_for
+from tests.support.jobs import apply, make_job, make_run
 from tests.testapp.models import Execution
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def make_job(task="tests.record", args=None, kwargs=None, **fields):
-    job = JobDefinition(
-        name=f"job-{uuid.uuid4().hex[:8]}",
-        cron="0 0 1 1 *",
-        timezone="UTC",
-        task=task,
-        args=args or [],
-        kwargs=kwargs or {},
-        enabled=False,
-        **fields,
-    )
-    job.full_clean()
-    job.save()
-    return job
-
-
-def make_run(job, status=RunStatus.QUEUED):
-    # One second before the job's earliest run: unique per job whatever the clock does between
-    # two calls (now-minus-count collided when a second boundary fell between them).
-    earliest = JobRun.objects.filter(job=job).aggregate(first=Min("scheduled_for"))["first"]
-    slot = (earliest or timezone.now().replace(microsecond=0)) - timedelta(seconds=1)
-    return JobRun.objects.create(
-        job=job,
-        scheduled_for=slot,
-        task_id=job.task_id_for(slot),
-        trigger=RunTrigger.MANUAL,
-        status=status,
-    )
-
-
-def apply(run, attempt=1, task_id=None):
-    """Run the real task in this process, as a worker would for one delivered message."""
-    execute_run.apply(args=(run.pk, attempt), task_id=task_id or run.task_id)
-    run.refresh_from_db()
-    return run
 
 
 @pytest.fixture
@@ -225,174 +182,6 @@ def test_overlap_skip_at_execution_records_skipped_while_another_run_holds_the_j
     assert "another run of this job is executing" in run.reason
     assert not Execution.objects.filter(label="overlap").exists()
     assert signals.run_skipped in [s for s, *_ in received]
-
-
-# -- real worker processes ----------------------------------------------------------------------
-
-
-def publish(run, copies=1):
-    run = JobRun.objects.select_related("job").get(pk=run.pk)
-    message = OutboxMessage.for_run(run)
-    CeleryDispatcher().publish([message] * copies)
-
-
-@pytest.mark.slow
-def test_three_copies_to_two_workers_execute_the_body_once(cluster):
-    for name in ("w1", "w2"):
-        cluster.worker(name)
-    for name in ("w1", "w2"):
-        cluster.wait_ready(name)
-    job = make_job(args=["copies", 0.2])
-    before = duplicate_deliveries()
-    runs = [make_run(job) for _ in range(5)]
-    for run in runs:
-        publish(run, copies=3)
-    wait_for(
-        lambda: JobRun.objects.filter(status=RunStatus.SUCCESS).count() == 5, 60, "5 successes"
-    )
-    wait_for(lambda: duplicate_deliveries() - before == 10, 30, "10 duplicates counted")
-    assert Execution.objects.filter(label="copies").count() == 5
-    assert "run.duplicate_delivery" in cluster.log("w1") + cluster.log("w2")
-
-
-@pytest.mark.slow
-def test_a_failing_task_retries_with_growing_delays_then_fails(cluster):
-    cluster.worker("w1")
-    cluster.wait_ready("w1")
-    job = make_job(
-        task="tests.flaky",
-        args=["retry", 10],
-        max_retries=3,
-        retry_backoff=0.4,
-        retry_backoff_max=10,
-    )
-    run = make_run(job)
-    publish(run)
-    run = wait_for(
-        lambda: JobRun.objects.filter(pk=run.pk, status=RunStatus.FAILED).first(), 60, "failure"
-    )
-    assert run.attempt == 4
-    assert "Traceback" in run.traceback
-    starts = list(
-        Execution.objects.filter(label="retry")
-        .order_by("started_at")
-        .values_list("started_at", flat=True)
-    )
-    assert len(starts) == 4
-    gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(starts)]
-    # Un-jittered delays 0.4, 0.8, 1.6 s; jitter draws from the upper half of each.
-    for gap, full in zip(gaps, (0.4, 0.8, 1.6), strict=True):
-        assert full / 2 <= gap <= full + 1.0, gaps
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    ("policy", "final"), [("retry", RunStatus.SUCCESS), ("fail", RunStatus.FAILED)]
-)
-def test_a_run_whose_worker_is_killed_mid_body_is_recovered_by_the_leader(cluster, policy, final):
-    # Ten heartbeats per lost-after period: a loaded CI machine must not make a live run look lost.
-    fast = {"RUN_HEARTBEAT_INTERVAL": 0.3, "RUN_LOST_AFTER": 3, "OUTBOX_REPUBLISH_AFTER": 2}
-    cluster.settings.update(fast)
-    doomed = cluster.worker("doomed")
-    cluster.wait_ready("doomed")
-    job = make_job(
-        task="tests.slow_first", args=[f"killed-{policy}", 60], max_retries=1, on_worker_lost=policy
-    )
-    run = make_run(job)
-    publish(run)
-    # The body has started once its witness row exists (RUNNING is set by the claim, just
-    # before the body: a kill in between left no trace, and the retry slept like a first run).
-    wait_for(
-        lambda: Execution.objects.filter(label=f"killed-{policy}").exists(),
-        30,
-        "the body to start",
-    )
-    assert JobRun.objects.get(pk=run.pk).status == RunStatus.RUNNING
-    os.kill(doomed.pid, signal.SIGKILL)
-    killed_at = time.monotonic()
-    cluster.worker("survivor")
-    cluster.start("leader")
-    run = wait_for(
-        lambda: JobRun.objects.filter(pk=run.pk, status=final).first(),
-        60,
-        f"the lost run to end {final}",
-    )
-    print(f"killed worker -> run {final}: {time.monotonic() - killed_at:.2f}s (policy {policy})")
-    # The sweep commits the new status, then logs: give the leader a moment to write the line.
-    wait_for(lambda: "run.lost" in cluster.log("leader"), 10, "the leader to log run.lost")
-    if policy == "retry":
-        assert run.attempt == 2
-        assert Execution.objects.filter(label=f"killed-{policy}").count() == 2
-    else:
-        assert run.attempt == 1
-        assert "worker lost" in run.error
-        assert Execution.objects.filter(label=f"killed-{policy}").count() == 1
-
-
-@pytest.mark.slow
-def test_overlap_skip_with_a_slow_task_on_a_fast_schedule_never_overlaps(cluster):
-    cluster.worker("w1", concurrency=2)
-    cluster.worker("w2", concurrency=2)
-    for name in ("w1", "w2"):
-        cluster.wait_ready(name)
-    job = JobDefinition(
-        name="slow-every-second",
-        cron="* * * * * *",
-        timezone="UTC",
-        task="tests.record",
-        args=["slow", 2.5],
-        overlap_policy="skip",
-    )
-    job.full_clean()
-    job.save()
-    cluster.start("leader")
-    wait_for(
-        lambda: Execution.objects.filter(label="slow", finished_at__isnull=False).count() >= 2,
-        60,
-        "two slow bodies",
-    )
-    JobDefinition.objects.filter(pk=job.pk).update(enabled=False, next_run_at=None)
-    wait_for(
-        lambda: (
-            not JobRun.objects.filter(
-                job=job, status__in=[RunStatus.PENDING, RunStatus.QUEUED, RunStatus.RUNNING]
-            ).exists()
-        ),
-        30,
-        "the last run to finish",
-    )
-    bodies = list(
-        Execution.objects.filter(label="slow")
-        .order_by("started_at")
-        .values_list("started_at", "finished_at")
-    )
-    for (_, end), (start, _) in itertools.pairwise(bodies):
-        assert start >= end, f"bodies overlapped: {bodies}"
-    assert JobRun.objects.filter(job=job, status=RunStatus.SKIPPED).count() >= 2
-
-
-@pytest.mark.slow
-def test_two_runs_of_a_skip_job_reaching_two_workers_at_once_run_one_body(cluster):
-    cluster.worker("w1")
-    cluster.worker("w2")
-    for name in ("w1", "w2"):
-        cluster.wait_ready(name)
-    job = make_job(args=["pair", 1.5], overlap_policy="skip")
-    first, second = make_run(job), make_run(job)
-    publish(first)
-    publish(second)
-    wait_for(
-        lambda: (
-            not JobRun.objects.filter(
-                job=job, status__in=[RunStatus.QUEUED, RunStatus.RUNNING]
-            ).exists()
-        ),
-        30,
-        "both to settle",
-    )
-    statuses = sorted(JobRun.objects.filter(job=job).values_list("status", flat=True))
-    assert statuses == [RunStatus.SKIPPED, RunStatus.SUCCESS]
-    assert Execution.objects.filter(label="pair").count() == 1
 
 
 def test_a_task_body_knows_its_run_through_current_run():

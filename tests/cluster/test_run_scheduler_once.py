@@ -24,7 +24,7 @@ import pytest
 from django_cluster_cron.leases import LEADER, get_backend
 from django_cluster_cron.models import JobDefinition, JobRun, RunStatus
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+pytestmark = pytest.mark.timeout(120)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

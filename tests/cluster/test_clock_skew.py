@@ -31,7 +31,6 @@ from tests.support.cluster import (
 from tests.testapp.models import Execution
 
 pytestmark = [
-    pytest.mark.slow,
     pytest.mark.timeout(240),
     pytest.mark.skipif(
         faketime_path() is None, reason="Debian's faketime is not installed (.ci/run installs it)"

@@ -32,7 +32,6 @@ from tests.support.cluster import (
 
 # Every test runs with each lease backend.
 pytestmark = [
-    pytest.mark.slow,
     pytest.mark.timeout(180),
     pytest.mark.parametrize("lease_kind", LEASES),
 ]
