@@ -8,7 +8,7 @@ import time
 import pytest
 
 from django_cluster_cron.models import JobDefinition, JobRun, RunStatus
-from tests.support.cluster import wait_for
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240), pytest.mark.django_db(transaction=True)]
 

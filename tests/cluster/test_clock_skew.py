@@ -26,8 +26,8 @@ from tests.support.cluster import (
     assert_every_slot_once,
     every_second_job,
     faketime_path,
-    wait_for,
 )
+from tests.support.waiting import wait_for
 from tests.testapp.models import Execution
 
 pytestmark = [

@@ -13,8 +13,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
-from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -22,15 +20,7 @@ import pytest
 import redis
 
 from tests.conftest import DEVREDIS_PATH, devredis
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return condition()
+from tests.support.waiting import wait_for
 
 
 def client_for(url: str, timeout: float = 2.0) -> redis.Redis:
@@ -82,7 +72,7 @@ def test_a_server_nobody_stopped_dies_when_its_owner_exits(ending: str) -> None:
     port, pid = read_port_and_pid(owner)
     assert owner.wait(timeout=15) == 0
 
-    assert wait_until(lambda: process_is_gone(pid))
+    wait_for(lambda: process_is_gone(pid), 10, f"the server (pid {pid}) to end")
     assert not devredis.ping(port, timeout=0.2)
 
 
@@ -95,7 +85,7 @@ def test_a_server_dies_when_its_owner_is_killed() -> None:
     owner.send_signal(signal.SIGKILL)
     owner.wait(timeout=15)
 
-    assert wait_until(lambda: process_is_gone(pid))
+    wait_for(lambda: process_is_gone(pid), 10, f"the server (pid {pid}) to end")
     assert not devredis.ping(port, timeout=0.2)
 
 
@@ -179,7 +169,12 @@ def test_a_celery_worker_process_runs_the_test_tasks_from_the_suite_broker(
     try:
         result = app.send_task("tests.add", args=(2, 3))
         finished = f"Task tests.add[{result.id}] succeeded"
-        assert wait_until(lambda: finished in log.read_text(), timeout=60), log.read_text()
+        wait_for(
+            lambda: finished in log.read_text(),
+            60,
+            "the worker to run tests.add",
+            detail=log.read_text,
+        )
         assert log.read_text().split(finished, 1)[1].splitlines()[0].endswith(": 5")
     finally:
         worker.terminate()

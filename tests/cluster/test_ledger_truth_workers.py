@@ -12,8 +12,8 @@ from datetime import timedelta
 import pytest
 
 from django_cluster_cron.models import JobRun, RunStatus
-from tests.support.cluster import wait_for
 from tests.support.jobs import make_job, make_run, publish
+from tests.support.waiting import wait_for
 from tests.testapp.celery import app
 from tests.testapp.models import Execution
 

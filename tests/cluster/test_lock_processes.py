@@ -13,8 +13,8 @@ import textwrap
 import pytest
 
 from django_cluster_cron.locks import ClusterLock
-from tests.support.cluster import wait_for
 from tests.support.locks import lock_holder, prefix, subprocess_settings
+from tests.support.waiting import wait_for
 
 __all__ = ["prefix"]
 

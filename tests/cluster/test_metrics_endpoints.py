@@ -14,8 +14,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from django_cluster_cron.models import JobDefinition, JobRun, RunStatus, RunTrigger
-from tests.support.cluster import wait_for
 from tests.support.jobs import job_owing_one_slot
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cluster import wait_for
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

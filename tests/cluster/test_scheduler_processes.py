@@ -27,8 +27,8 @@ from tests.support.cluster import (
     assert_every_slot_once,
     cut_other_connections,
     every_second_job,
-    wait_for,
 )
+from tests.support.waiting import wait_for
 
 # Every test runs with each lease backend.
 pytestmark = [

@@ -12,7 +12,8 @@ import pytest
 
 from django_cluster_cron.models import JobRun, RunStatus
 from tests.settings import REDIS_PLACEHOLDER_URL
-from tests.support.cluster import assert_every_slot_once, every_second_job, wait_for
+from tests.support.cluster import assert_every_slot_once, every_second_job
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(180)
 

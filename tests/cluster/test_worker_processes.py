@@ -16,8 +16,8 @@ import pytest
 
 from django_cluster_cron.models import JobDefinition, JobRun, RunStatus
 from django_cluster_cron.worker.claim import duplicate_deliveries
-from tests.support.cluster import wait_for
 from tests.support.jobs import make_job, make_run, publish
+from tests.support.waiting import wait_for
 from tests.testapp.models import Execution
 
 pytestmark = pytest.mark.django_db(transaction=True)

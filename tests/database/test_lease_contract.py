@@ -12,7 +12,8 @@ import time
 import pytest
 
 from django_cluster_cron.leases import LeaseBackend
-from tests.support.leases import lease_backend, wait_until
+from tests.support.leases import lease_backend
+from tests.support.waiting import wait_for
 
 __all__ = ["lease_backend"]
 
@@ -73,7 +74,7 @@ def test_a_stale_holder_can_neither_renew_nor_release_after_another_node_took_ov
     assert stale.try_acquire() is True
 
     # node-a "pauses" past its TTL; node-b takes over.
-    assert wait_until(successor.try_acquire, timeout=3)
+    wait_for(successor.try_acquire, 3, "the stale holder's lease to expire")
 
     assert stale.renew() is False
     assert stale.release() is False
@@ -91,7 +92,7 @@ def test_a_standby_acquires_once_the_ttl_passes_without_renewal(
     assert leader.try_acquire() is True
     assert standby.try_acquire() is False
 
-    assert wait_until(standby.try_acquire, timeout=3)
+    wait_for(standby.try_acquire, 3, "the unrenewed lease to expire")
 
     assert time.monotonic() - started >= 0.25
     assert leader.holder() == standby.token
@@ -123,7 +124,7 @@ def test_renew_with_a_ttl_sets_that_ttl(lease_backend: LeaseBackend) -> None:
     other = lease_backend.lease(NAME, "node-b", ttl=1)
     assert other.try_acquire() is False
     assert lease.renew(ttl=0.2) is True
-    assert wait_until(other.try_acquire, timeout=3)
+    wait_for(other.try_acquire, 3, "the shortened lease to expire")
 
 
 def test_release_frees_the_lease_at_once_and_another_node_acquires_immediately(

@@ -17,7 +17,7 @@ from redis.retry import Retry
 
 from django_cluster_cron.leases import get_backend
 from django_cluster_cron.leases.redis import LeaseUnavailable, RedisLease
-from tests.support.leases import wait_until
+from tests.support.waiting import wait_for
 
 KEY = "test-lease:leader"
 
@@ -79,7 +79,7 @@ def test_a_hash_with_a_ttl_blocks_without_errors_until_it_expires(
     assert 0 < (lease.remaining() or 0) <= 0.3
     assert redis_client.type(KEY) == b"hash"  # release left it alone
 
-    assert wait_until(lease.try_acquire, timeout=3)
+    wait_for(lease.try_acquire, 3, "the hash's TTL to run out")
     assert lease.holder() == lease.token
 
 
@@ -133,7 +133,7 @@ def test_every_method_raises_lease_unavailable_quickly_while_redis_is_down_and_w
         throwaway_redis.resume()
         # Commands that timed out were still queued in the paused server and run now; a ping on
         # a fresh connection returns after them.
-        assert wait_until(lambda: bool(own_client.ping()), timeout=3)
+        wait_for(own_client.ping, 3, "the resumed server to answer a ping")
     assert lease.try_acquire() is True
     assert lease.renew() is True
     assert lease.holder() == lease.token

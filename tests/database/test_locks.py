@@ -18,8 +18,8 @@ from django_cluster_cron.locks import (
     LockUnavailable,
     cluster_lock,
 )
-from tests.support.cluster import wait_for
 from tests.support.locks import prefix
+from tests.support.waiting import wait_for
 
 __all__ = ["prefix"]
 

@@ -24,8 +24,8 @@ from django_cluster_cron.ledger.fence import Fence
 from django_cluster_cron.ledger.outbox import OutboxMessage, mark_published
 from django_cluster_cron.models import JobDefinition, JobRun, RunStatus, RunTrigger
 from tests.support.inprocess import LEASES, T0, Clock, backend_of, job, queued_messages
-from tests.support.leases import wait_until
 from tests.support.querycount import count_queries
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -141,7 +141,7 @@ def test_a_stale_leader_is_fenced_out_and_writes_nothing(make_scheduler, redis_c
     old.term.renew_at = old.term.valid_until = float("inf")
     # ...but its lease expired meanwhile and a newer leader took over.
     new = backend_of(lease_kind).lease(LEADER, "node-new", 5)
-    assert wait_until(new.try_acquire, 3)
+    wait_for(new.try_acquire, 3, "the stale leader's lease to expire")
     if lease_kind == "redis":
         Fence.claim("node-new", new.token)
     job("due-now", watermark=T0 - timedelta(seconds=30))

@@ -18,8 +18,9 @@ from django_cluster_cron.dbtime import database_now
 from django_cluster_cron.models import JobDefinition, JobRun, RunStatus
 from django_cluster_cron.tasks import execute_run
 from django_cluster_cron.worker.claim import duplicate_deliveries
-from tests.support.cluster import cut_other_connections, wait_for
+from tests.support.cluster import cut_other_connections
 from tests.support.jobs import apply, make_job, make_run
+from tests.support.waiting import wait_for
 from tests.testapp.models import Execution
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -14,30 +14,17 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
-T = TypeVar("T")
+from tests.support.waiting import wait_for
 
 TTL = 2.0
 POLL = 0.2
-
-
-def wait_for(predicate: Callable[[], T], timeout: float, what: str) -> T:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
 
 LEASES = ["redis", "database"]
 

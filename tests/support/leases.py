@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -11,16 +10,6 @@ import pytest
 from django_cluster_cron.leases import LeaseBackend
 
 BACKENDS = ["redis", "database", "memory"]
-
-
-def wait_until(condition: Callable[[], bool], timeout: float) -> bool:
-    """Poll ``condition`` every 20 ms until it holds or ``timeout`` seconds pass."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.02)
-    return condition()
 
 
 def make_backend(name: str, request: pytest.FixtureRequest) -> LeaseBackend:
