@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import time
 
 import pytest
 
@@ -84,12 +83,11 @@ def test_an_operator_creates_fixes_runs_pauses_and_watches_the_cluster(
     # The cluster page shows the node that leads. (Started only now: a scheduler running
     # earlier would record the job's next slot, every 5 minutes, ahead or at its time.)
     cluster.start("browser-node")
-    deadline = time.monotonic() + 30
-    while True:
+
+    def shows_the_leader():
         page.goto(f"{live_server.url}/admin/django_cluster_cron/clusterstatus/")
-        if "browser-node" in page.locator("#dcc-leader").inner_text():
-            break
-        assert time.monotonic() < deadline, "the cluster page never showed the leader"
-        time.sleep(0.5)
+        return "browser-node" in page.locator("#dcc-leader").inner_text()
+
+    wait_for(shows_the_leader, 60, "the cluster page to show the leader", interval=0.5)
     assert "leader" in page.locator("#dcc-nodes").inner_text()
     page.screenshot(path=str(screenshot_dir / "cluster-status.png"), full_page=True)

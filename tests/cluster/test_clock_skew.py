@@ -66,10 +66,11 @@ class Observer:
             self.seen.setdefault(slot, now)
 
     def watch(self, seconds: float) -> None:
+        """Stamp runs for ``seconds``: what happens during them is what the test checks."""
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             self.poll()
-            time.sleep(0.01)
+            time.sleep(0.01)  # the observer's polling interval
 
     def first(self) -> bool:
         self.poll()
@@ -130,6 +131,7 @@ def test_failover_between_skewed_and_correct_leaders_loses_and_doubles_nothing(c
     wait_for(observer.first, 30, "the skewed leader's first run")
     observer.watch(2)
     cluster.start("true")
+    cluster.wait_started("true")  # its start-up is not part of the take-over's time
     observer.watch(1)
     ahead.kill()  # SIGKILL: "true" takes over after the lease expires
     wait_for(
@@ -139,6 +141,7 @@ def test_failover_between_skewed_and_correct_leaders_loses_and_doubles_nothing(c
     )
     observer.watch(2)
     cluster.start("behind", clock_offset="-30s")
+    cluster.wait_started("behind")
     observer.watch(1)
     cluster.procs["true"].kill()
     wait_for(

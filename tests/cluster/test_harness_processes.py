@@ -78,7 +78,7 @@ def test_a_server_nobody_stopped_dies_when_its_owner_exits(ending: str) -> None:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc and prctl")
 def test_a_server_dies_when_its_owner_is_killed() -> None:
-    owner = run_owner_script("time.sleep(60)\n")
+    owner = run_owner_script("time.sleep(60)  # alive until killed\n")
     port, pid = read_port_and_pid(owner)
     assert devredis.ping(port)
 

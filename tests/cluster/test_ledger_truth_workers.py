@@ -20,6 +20,13 @@ from tests.testapp.models import Execution
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+def discarded(log: str, task_id: str) -> int:
+    """How many copies of ``task_id``'s message the worker discarded as revoked."""
+    return sum(
+        1 for line in log.splitlines() if "Discarding revoked task" in line and task_id in line
+    )
+
+
 def test_a_body_stopped_by_its_soft_time_limit_fails_and_one_that_handles_it_succeeds(cluster):
     cluster.worker("w1", concurrency=2)  # time limits need the prefork pool
     cluster.wait_ready("w1")
@@ -58,8 +65,9 @@ def test_messages_celery_discards_say_why_in_the_ledger(cluster):
     cluster.wait_ready("w1")
     job = make_job(args=["discarded"])
     revoked = make_run(job)
-    app.control.revoke(revoked.task_id)
-    time.sleep(0.5)  # the broadcast reaches the worker before the message does
+    # The worker has the revoke (its reply says so) before the message reaches it.
+    replies = app.control.revoke(revoked.task_id, reply=True, limit=1, timeout=30)
+    assert replies, "the worker did not answer the revoke"
     publish(revoked)
 
     late = make_job(args=["late"], expires=1)
@@ -107,7 +115,13 @@ def test_messages_celery_discards_say_why_in_the_ledger(cluster):
     )
     assert "terminated while running" in running.reason
     assert not Execution.objects.filter(label__in=["discarded", "late"]).exists()
-    # A second copy of the revoked message changes nothing.
+    # A second copy of the revoked message changes nothing: the worker discards it...
     publish(revoked)
+    wait_for(
+        lambda: discarded(cluster.log("w1"), revoked.task_id) >= 2,
+        30,
+        "the worker to discard the second copy",
+    )
+    # ...and a negative check needs time to pass: a second for any late write to land.
     time.sleep(1)
     assert JobRun.objects.get(pk=revoked.pk).status == RunStatus.CANCELLED

@@ -34,7 +34,7 @@ RACER = textwrap.dedent(
     @cluster_lock("race", ttl=2, blocking=True, timeout=30)
     def body():
         start = time.time()
-        time.sleep(0.01)
+        time.sleep(0.01)  # a body that takes a moment: two that overlapped would show it
         log.rpush(key, f"{start} {time.time()} {os.getpid()}")
 
     for _ in range(int(sys.argv[2])):
@@ -67,7 +67,7 @@ HOLDER = textwrap.dedent(
     lock = ClusterLock("stale", ttl=1)
     assert lock.acquire()
     print("held", flush=True)
-    time.sleep(float(sys.argv[1]))
+    time.sleep(float(sys.argv[1]))  # holds the lock this long, paused meanwhile
     lock.release()
     print("released", flush=True)
     """

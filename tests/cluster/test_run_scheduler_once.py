@@ -61,7 +61,8 @@ def due_job() -> JobDefinition:
     )
     job.full_clean()
     job.save()
-    time.sleep(1.2)  # let a slot fall due
+    # Time must pass: the job's first slot, at most a second away, falls due before the tick.
+    time.sleep(1.2)
     return job
 
 

@@ -12,7 +12,7 @@ import json
 import os
 import signal
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from django.db import connection
@@ -51,12 +51,25 @@ def first_dispatch_by(node: str, job: JobDefinition):
     return run.queued_at if run else None
 
 
+def sent_after(node: str, job: JobDefinition, instant: datetime):
+    """Whether ``node`` has sent a run of ``job`` due after ``instant``: a leader that took over
+    then has its first pass, which caught up the slots of the gap, behind it."""
+    sent = JobRun.objects.filter(job=job, dispatched_by=node, queued_at__isnull=False)
+    return sent.filter(scheduled_for__gt=instant).exists()
+
+
+def every_job_sent(jobs: list[JobDefinition], count: int):
+    sent = JobRun.objects.filter(queued_at__isnull=False)
+    return all(sent.filter(job=job).count() >= count for job in jobs)
+
+
 def test_three_schedulers_record_each_slot_exactly_once(cluster):
     jobs = [every_second_job(f"tick-{i}") for i in range(3)]
     for node in ("a", "b", "c"):
         cluster.start(node)
     wait_for(leader, 15, "a leader")
-    time.sleep(5)
+    # Three nodes run side by side while the leader sends four slots of each job.
+    wait_for(lambda: every_job_sent(jobs, 4), 60, "four slots of each job sent")
     holders = {h for h in JobRun.objects.values_list("dispatched_by", flat=True)}
     assert len(holders) == 1
     for job in jobs:
@@ -69,14 +82,14 @@ def test_sigkill_of_the_leader_hands_over_within_ttl_plus_poll(cluster):
     wait_for(lambda: first_dispatch_by("a", job), 15, "a to dispatch")
     cluster.start("b")
     cluster.wait_started("b")
-    time.sleep(0.5)  # a standby's first tries at the lease
+    cluster.wait_standby("b")  # its first tries at the lease are behind it
     killed_at = timezone.now()
     cluster.procs["a"].kill()
     took_over = wait_for(lambda: first_dispatch_by("b", job), 15, "b to dispatch")
     failover = (took_over - killed_at).total_seconds()
     print(f"failover after SIGKILL: {failover:.2f}s (ttl {TTL}s, poll {POLL}s)")
     assert failover <= TTL + POLL + MARGIN
-    time.sleep(1.5)
+    wait_for(lambda: sent_after("b", job, took_over), 30, "b to send a slot due after it took over")
     assert_every_slot_once(job)  # the slots of the gap were caught up, none twice
 
 
@@ -86,7 +99,7 @@ def test_sigterm_releases_the_lease_and_a_standby_takes_over_at_once(cluster):
     wait_for(lambda: first_dispatch_by("a", job), 15, "a to dispatch")
     cluster.start("b")
     cluster.wait_started("b")
-    time.sleep(0.5)  # a standby's first tries at the lease
+    cluster.wait_standby("b")  # its first tries at the lease are behind it
     stopped_at = timezone.now()
     a.send_signal(signal.SIGTERM)
     assert a.wait(10) == 0
@@ -95,7 +108,7 @@ def test_sigterm_releases_the_lease_and_a_standby_takes_over_at_once(cluster):
     print(f"handover after SIGTERM: {handover:.2f}s")
     assert handover <= 2.0 + MARGIN
     assert "lease.released" in cluster.log("a")
-    time.sleep(1.5)
+    wait_for(lambda: sent_after("b", job, took_over), 30, "b to send a slot due after it took over")
     assert_every_slot_once(job)
 
 
@@ -112,12 +125,19 @@ def test_a_leader_paused_past_its_ttl_is_fenced_and_writes_nothing_stale(cluster
     assert current is not None
     old_epoch = current[1]
     cluster.start("b")
-    time.sleep(1)
+    cluster.wait_standby("b")
     os.kill(a.pid, signal.SIGSTOP)
     wait_for(lambda: first_dispatch_by("b", job), 15, "b to take over")
+    # Time must pass: a stays frozen a second into b's term, and wakes with a stale view of it.
     time.sleep(1)
     resumed_at = timezone.now()
     os.kill(a.pid, signal.SIGCONT)
+    wait_for(
+        lambda: "lease.lost" in cluster.log("a") or "lease.fenced" in cluster.log("a"),
+        30,
+        "a to find on waking that its lease is gone",
+    )
+    # A negative check, so time must pass: for 3 s a lives on as a standby and writes nothing.
     time.sleep(3)
     assert a.poll() is None, "the old leader must go back to standby, not crash"
     stale = Q(created_at__gt=resumed_at) | Q(queued_at__gt=resumed_at)
@@ -156,16 +176,22 @@ def test_a_redis_outage_pauses_dispatch_and_recovery_catches_up_every_slot(
     a = cluster.start("a", settings={"OUTBOX_REPUBLISH_AFTER": 1, "CATCHUP_CAP": 100})
     wait_for(lambda: first_dispatch_by("a", job), 15, "a to dispatch")
     throwaway_redis.stop()
+    # Time must pass: the outage outlasts the lease TTL (a Redis lease is gone by then).
     time.sleep(TTL + 4)
     assert a.poll() is None, "the scheduler must survive a Redis outage"
     during = JobRun.objects.filter(job=job).count()
-    time.sleep(2)
     if lease_kind == "redis":
+        # A negative check, so time must pass: two more seconds of every-second slots.
+        time.sleep(2)
         assert JobRun.objects.filter(job=job).count() == during, "nothing recorded without a lease"
     else:
         # The database lease still holds: slots are recorded on time and wait in the outbox
         # for the broker (Redis here) to come back.
-        assert JobRun.objects.filter(job=job).count() > during
+        wait_for(
+            lambda: JobRun.objects.filter(job=job).count() > during,
+            30,
+            "a slot recorded during the outage",
+        )
         assert JobRun.objects.filter(job=job, status=RunStatus.PENDING).exists()
     throwaway_redis.restart()
     wait_for(
@@ -200,7 +226,7 @@ def test_lost_database_connections_are_survived_and_every_slot_still_recorded(cl
     deadline = time.monotonic() + 3
     while time.monotonic() < deadline:  # cut the scheduler's connections again and again
         cut_other_connections()
-        time.sleep(0.3)
+        time.sleep(0.3)  # the fault's rhythm: a cut every 0.3 s for 3 s
     before = JobRun.objects.filter(job=job).count()
     wait_for(lambda: JobRun.objects.filter(job=job).count() > before + 2, 20, "dispatch to resume")
     assert a.poll() is None

@@ -6,9 +6,8 @@ reached for Redis would fail; the broker is RabbitMQ on a vhost of this run's ow
 
 from __future__ import annotations
 
-import time
-
 import pytest
+from django.utils import timezone
 
 from django_cluster_cron.models import JobRun, RunStatus
 from tests.settings import REDIS_PLACEHOLDER_URL
@@ -38,13 +37,25 @@ def test_schedulers_and_a_worker_run_every_slot_once_with_no_redis(cluster, rabb
     )
     first = "a" if JobRun.objects.filter(job=job, dispatched_by="a").exists() else "b"
     cluster.procs[first].kill()  # the standby takes over through the database lease
+    killed_at = timezone.now()
     other = "b" if first == "a" else "a"
     wait_for(
         lambda: JobRun.objects.filter(job=job, dispatched_by=other).exists(),
         20,
         "the standby to take over",
     )
-    time.sleep(2)
+    # The new leader's first pass caught up the gap; two slots due after the kill, sent, show it
+    # leading on.
+    wait_for(
+        lambda: (
+            JobRun.objects.filter(
+                job=job, dispatched_by=other, queued_at__isnull=False, scheduled_for__gt=killed_at
+            ).count()
+            >= 2
+        ),
+        30,
+        "the standby to send two slots due after the kill",
+    )
     job.refresh_from_db()
     job.pause()  # the ledger stops growing; every recorded run can finish
     wait_for(

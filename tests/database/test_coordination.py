@@ -25,7 +25,7 @@ def test_node_reports_are_listed_until_they_expire(coordination: Coordination) -
     coordination.reports.report("b", {"node": "b", "role": "standby"}, ttl=0.3)
     coordination.reports.report("a", {"node": "a", "role": "standby"}, ttl=30)  # replaces
     assert sorted(r["node"] for r in coordination.reports.reports()) == ["a", "b"]
-    time.sleep(0.5)
+    time.sleep(0.5)  # real time must pass: b's 0.3 s TTL runs out
     assert coordination.reports.reports() == [{"node": "a", "role": "standby"}]
 
 

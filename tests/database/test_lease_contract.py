@@ -58,7 +58,7 @@ def test_acquiring_again_while_holding_returns_true_and_rearms_the_ttl(
 ) -> None:
     lease = lease_backend.lease(NAME, "node-a", ttl=0.6)
     assert lease.try_acquire() is True
-    time.sleep(0.4)  # most of the TTL passes
+    time.sleep(0.4)  # real time must pass: most of the TTL
 
     assert lease.try_acquire() is True
 
@@ -106,7 +106,7 @@ def test_renewing_keeps_the_lease_for_several_ttls(lease_backend: LeaseBackend) 
 
     deadline = time.monotonic() + 2.4  # four TTLs
     while time.monotonic() < deadline:
-        time.sleep(0.2)  # renew at TTL/3, as the scheduler does
+        time.sleep(0.2)  # real time must pass: renew at TTL/3, as the scheduler does
         assert leader.renew() is True
         assert standby.try_acquire() is False
 
@@ -161,7 +161,7 @@ def test_the_cluster_page_lists_held_locks_and_force_release_frees_one(
     assert expired.try_acquire()
     assert released.try_acquire()
     assert released.release()
-    time.sleep(0.3)
+    time.sleep(0.3)  # real time must pass: lock:expired's 0.2 s TTL runs out
 
     listed = lease_backend.held("lock:")
     assert [(h.name, h.owner) for h in listed] == [("reports", held.token)]

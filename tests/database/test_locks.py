@@ -68,7 +68,7 @@ def test_the_heartbeat_keeps_a_body_three_times_longer_than_the_ttl_locked(prefi
     @cluster_lock("long", ttl=0.4)
     def long_body():
         for _ in range(6):
-            time.sleep(0.2)
+            time.sleep(0.2)  # real time must pass: the body lasts three TTLs
             attempts.append(ClusterLock("long", ttl=0.4).acquire())
 
     long_body()

@@ -297,6 +297,7 @@ def test_a_queued_run_whose_message_the_broker_lost_is_sent_again_with_backoff(
     now = dj_timezone.now()
     next_hour = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
     if next_hour - now < timedelta(seconds=2):
+        # Real time must pass: the database's clock moves past that hour.
         time.sleep((next_hour - now).total_seconds() + 0.01)
     clock = Clock(dj_timezone.now())
     hour = clock.now.replace(minute=0, second=0, microsecond=0)
@@ -309,7 +310,8 @@ def test_a_queued_run_whose_message_the_broker_lost_is_sent_again_with_backoff(
     first_due = run.republish_at
     redis_client.delete("celery")  # the broker forgets its queue
     clock.advance(0.5)
-    time.sleep(0.3)  # the sweep interval (real time) passes
+    # Real time must pass: the republish wait (0.2 s on the database's clock), the sweep interval.
+    time.sleep(0.3)
     scheduler.step()
     run.refresh_from_db()
     assert run.publish_count == 2

@@ -175,6 +175,17 @@ class Cluster:
             lambda: "scheduler.started" in self.log(name), timeout, f"scheduler {name} to start"
         )
 
+    def wait_standby(self, name: str, timeout: float = 60) -> None:
+        """Until scheduler ``name`` has made a pass as a standby: it tried the lease, lost to
+        the leader, and reported itself (role ``standby``) where the nodes report."""
+        from django_cluster_cron.ops.status import cluster_status
+
+        def standing_by() -> bool:
+            nodes = cluster_status(runs=False).nodes
+            return any(n.get("node") == name and n.get("role") == "standby" for n in nodes)
+
+        wait_for(standing_by, timeout, f"scheduler {name} to try the lease as a standby")
+
     def log(self, name: str) -> str:
         path = self.logs / f"{name}.log"
         return path.read_text() if path.exists() else ""
