@@ -22,11 +22,11 @@ from django.utils import timezone
 from django_cluster_cron.models import JobDefinition, JobRun, RunStatus
 from django_cluster_cron.ops.status import cluster_status
 from tests.support.cluster import (
-    LEASES,
     assert_every_slot_once,
     every_second_job,
     faketime_path,
 )
+from tests.support.leases import LEASES
 from tests.support.waiting import wait_for
 from tests.testapp.models import Execution
 

@@ -21,13 +21,13 @@ from django.utils import timezone
 
 from django_cluster_cron.models import JobDefinition, JobRun, RunStatus, SchedulerLease
 from tests.support.cluster import (
-    LEASES,
     POLL,
     TTL,
     assert_every_slot_once,
     cut_other_connections,
     every_second_job,
 )
+from tests.support.leases import LEASES
 from tests.support.waiting import wait_for
 
 # Every test runs with each lease backend.

@@ -23,7 +23,8 @@ from django_cluster_cron.leases import LEADER
 from django_cluster_cron.ledger.fence import Fence
 from django_cluster_cron.ledger.outbox import OutboxMessage, mark_published
 from django_cluster_cron.models import JobDefinition, JobRun, RunStatus, RunTrigger
-from tests.support.inprocess import LEASES, T0, Clock, backend_of, job, queued_messages
+from tests.support.inprocess import T0, Clock, backend_of, job, queued_messages
+from tests.support.leases import LEASES
 from tests.support.querycount import count_queries
 from tests.support.waiting import wait_for
 

@@ -26,8 +26,6 @@ from tests.support.waiting import wait_for
 TTL = 2.0
 POLL = 0.2
 
-LEASES = ["redis", "database"]
-
 
 def every_second_job(name: str = "tick", **fields: Any) -> Any:
     """A validated ``* * * * * *`` job that catches up every slot of a short outage."""

@@ -37,11 +37,6 @@ class Clock:
         self.now += timedelta(seconds=seconds)
 
 
-# Tests that depend on the lease run once per backend: ``@pytest.mark.parametrize("lease_kind",
-# LEASES)``; the others use Redis.
-LEASES = ["redis", "database"]
-
-
 def backend_of(kind: str):
     return RedisBackend() if kind == "redis" else DatabaseBackend()
 

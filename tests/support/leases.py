@@ -10,6 +10,9 @@ import pytest
 from django_cluster_cron.leases import LeaseBackend
 
 BACKENDS = ["redis", "database", "memory"]
+# The backends processes can share (memory is one process's): tests that depend on the lease run
+# once per backend with ``@pytest.mark.parametrize("lease_kind", LEASES)``; the others use Redis.
+LEASES = ["redis", "database"]
 
 
 def make_backend(name: str, request: pytest.FixtureRequest) -> LeaseBackend:
