@@ -110,7 +110,7 @@ def test_a_leader_whose_clock_is_off_dispatches_on_the_databases_time(cluster, o
     # The cluster page shows the node's offset (its report is refreshed every second).
     nodes = wait_for(
         lambda: [n for n in cluster_status().nodes if n.get("clock_offset") is not None],
-        10,
+        30,
         "a node report with its clock offset",
     )
     assert abs(nodes[0]["clock_offset"] - seconds) < 0.5
@@ -136,7 +136,7 @@ def test_failover_between_skewed_and_correct_leaders_loses_and_doubles_nothing(c
     ahead.kill()  # SIGKILL: "true" takes over after the lease expires
     wait_for(
         lambda: JobRun.objects.filter(job=job, dispatched_by="true").exists(),
-        15,
+        60,
         "the correct leader to take over",
     )
     observer.watch(2)
@@ -146,7 +146,7 @@ def test_failover_between_skewed_and_correct_leaders_loses_and_doubles_nothing(c
     cluster.procs["true"].kill()
     wait_for(
         lambda: JobRun.objects.filter(job=job, dispatched_by="behind").exists(),
-        15,
+        60,
         "the skewed standby to take over",
     )
     observer.watch(3)

@@ -85,7 +85,7 @@ def test_a_stale_holder_paused_past_its_ttl_cannot_release_the_new_holders_lock(
     assert old.stdout.readline().strip() == "held"
     os.kill(old.pid, signal.SIGSTOP)
     new = ClusterLock("stale", ttl=10)
-    wait_for(new.acquire, 10, "the paused holder's lock to expire")
+    wait_for(new.acquire, 30, "the paused holder's lock to expire")
     os.kill(old.pid, signal.SIGCONT)
     assert old.wait(30) == 0  # it woke, finished its body and "released"
     assert lock_holder("stale") == new.token

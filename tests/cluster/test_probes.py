@@ -57,11 +57,11 @@ def test_the_probe_endpoints_of_a_real_scheduler(cluster):
         status, body = get("/livez")
         return body if status == 200 else None
 
-    body = wait_for(live, 20, "/livez to answer 200")
+    body = wait_for(live, 60, "/livez to answer 200")
     assert body["node"] == "probed"
     assert body["alive"] is True
     assert body["seconds_since_last_pass"] < 5
-    wait_for(lambda: get("/readyz")[1].get("role") == "leader", 20, "it to lead")
+    wait_for(lambda: get("/readyz")[1].get("role") == "leader", 60, "it to lead")
     assert get("/healthz")[0] == 200
     with pytest.raises(urllib.error.HTTPError) as missing:
         urllib.request.urlopen(base + "/nope", timeout=5)

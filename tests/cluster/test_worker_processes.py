@@ -103,7 +103,7 @@ def test_a_run_whose_worker_is_killed_mid_body_is_recovered_by_the_leader(cluste
     )
     print(f"killed worker -> run {final}: {time.monotonic() - killed_at:.2f}s (policy {policy})")
     # The sweep commits the new status, then logs: give the leader a moment to write the line.
-    wait_for(lambda: "run.lost" in cluster.log("leader"), 10, "the leader to log run.lost")
+    wait_for(lambda: "run.lost" in cluster.log("leader"), 30, "the leader to log run.lost")
     if policy == "retry":
         assert run.attempt == 2
         assert Execution.objects.filter(label=f"killed-{policy}").count() == 2
