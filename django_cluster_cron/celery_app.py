@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import threading
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
-from celery import Celery
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 from .conf import app_settings
+
+if TYPE_CHECKING:
+    from celery import Celery
 
 # Tasks no job may schedule, with why. The app's own ``execute_run`` is what runs a job: a job
 # that scheduled it would call it without a run to execute, and nothing would run.
@@ -36,6 +38,10 @@ _import_lock = threading.Lock()
 
 def get_celery_app() -> Celery:
     """The Celery app named by ``CLUSTER_CRON['CELERY_APP']``, else ``celery.current_app``."""
+    # Celery is imported here, not with this module: the models (through validation) import this
+    # module, and a process that only reads jobs should not load Celery for it.
+    from celery import Celery
+
     path = app_settings.CELERY_APP
     if path is None:
         from celery import current_app
