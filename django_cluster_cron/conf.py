@@ -229,6 +229,11 @@ DEFAULTS: dict[str, Setting] = {
         _optional_port,
         "Celery workers serve /metrics on this port (all pool processes added up); None: off.",
     ),
+    "WORKER_METRICS_HOST": Setting(
+        "0.0.0.0",
+        _text,
+        "The address a worker's /metrics listens on ('127.0.0.1': this host only).",
+    ),
     "CLOCK_SKEW_WARNING": Setting(
         1.0,
         _positive_seconds,
@@ -377,6 +382,10 @@ class ClusterCronSettings:
     def WORKER_METRICS_PORT(self) -> int | None:
         value: int | None = self.get("WORKER_METRICS_PORT")
         return value
+
+    @property
+    def WORKER_METRICS_HOST(self) -> str:
+        return str(self.get("WORKER_METRICS_HOST"))
 
     @property
     def CLOCK_SKEW_WARNING(self) -> timedelta:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from celery import shared_task
-from celery.signals import task_revoked, worker_init, worker_process_shutdown
+from celery.signals import task_revoked, worker_init, worker_process_shutdown, worker_ready
 
 from .worker.execute import execute
 from .worker.record import on_revoked
@@ -59,7 +59,15 @@ def _serve_worker_metrics(sender: Any = None, **info: Any) -> None:
     if port is None or not metrics.enabled():  # neither imports prometheus_client
         return
     metrics.prepare_worker_directory()  # before the client is imported: see ops.metrics
-    metrics.serve(port)
+    metrics.serve(port, app_settings.WORKER_METRICS_HOST)
+
+
+@worker_ready.connect
+def _say_where_metrics_listen(sender: Any = None, **info: Any) -> None:
+    """Celery sets up logging after ``worker_init``: say again where /metrics listens."""
+    from .ops import metrics
+
+    metrics.log_listening()
 
 
 @worker_process_shutdown.connect

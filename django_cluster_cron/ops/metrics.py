@@ -50,6 +50,14 @@ def enabled() -> bool:
     return bool(app_settings.METRICS) and installed()
 
 
+# The label naming a job. Not ``job``: Prometheus sets ``job`` (and ``instance``) on every series
+# it scrapes, and under its default ``honor_labels: false`` renames a clashing label of ours to
+# ``exported_job`` — alert rules and dashboards written against ``job`` would never match.
+JOB_LABEL = "job_name"
+# Labels a target's own series must not use (Prometheus's target labels).
+RESERVED_LABELS = frozenset({"job", "instance"})
+
+
 class _Null:
     """Stands in for a metric when metrics are off: every call does nothing."""
 
@@ -90,13 +98,13 @@ class Metrics:
         self.ticks = Counter("cluster_cron_ticks", "Passes of the scheduler loop.")
         self.slots = Counter(
             "cluster_cron_slots",
-            "Slots the leader decided, by outcome: schedule and catchup (recorded to run), "
-            "missed, skipped.",
+            "Slots the leader decided, by outcome: schedule and catchup (recorded to run, due now "
+            "or ahead of their time), missed, skipped.",
             ["outcome"],
         )
         self.publish_latency = Histogram(
             "cluster_cron_publish_latency_seconds",
-            "From an on-time slot's fire time until its message was in the broker.",
+            "From an on-time slot's fire time until its message was first in the broker.",
             buckets=LATENCY_BUCKETS,
         )
         self.publish_failures = Counter(
@@ -143,14 +151,14 @@ class Metrics:
             "cluster_cron_run_duration_seconds",
             "How long job bodies ran, by job (at most METRICS_JOB_LABEL_LIMIT names per process, "
             f"the rest as {OTHER_JOBS!r}).",
-            ["job"],
+            [JOB_LABEL],
             buckets=DURATION_BUCKETS,
         )
         self.last_success = Gauge(
             "cluster_cron_last_success_timestamp_seconds",
             "When a run of the job last succeeded (database time, Unix seconds): the dead-man's "
             "switch alerts compare it with time().",
-            ["job"],
+            [JOB_LABEL],
             multiprocess_mode="max",
         )
         self.claim = Histogram(
@@ -220,8 +228,19 @@ def serve(port: int, host: str = "0.0.0.0") -> int:
 
     server, _thread = start_http_server(port, addr=host, registry=registry())
     bound = int(server.server_address[1])
-    logger.info("metrics.listening port=%s path=/metrics", bound)
+    listening.append((host, bound))
+    log_listening()
     return bound
+
+
+# Where this process serves /metrics (host, port): a Celery worker says it again once Celery has
+# set up logging (its server starts before that, so the first line may go nowhere).
+listening: list[tuple[str, int]] = []
+
+
+def log_listening() -> None:
+    for host, port in listening:
+        logger.info("metrics.listening port=%s host=%s path=/metrics", port, host)
 
 
 def prepare_worker_directory() -> str | None:

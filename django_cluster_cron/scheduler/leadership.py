@@ -71,6 +71,8 @@ class Term:
         # When (monotonic) the next renewal is due, and until when the lease is surely ours.
         self.renew_at = 0.0
         self.valid_until = 0.0
+        # A node exports its role from its start: 0 until it leads (a standby says so too).
+        self._show_role()
 
     @property
     def is_leader(self) -> bool:

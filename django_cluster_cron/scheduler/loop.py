@@ -341,9 +341,11 @@ class Scheduler:
 
 
 def _count_slots(batch: BatchResult) -> None:
+    """Count what the batch decided: runs to send now and runs recorded ahead alike."""
     slots = metrics.get().slots
+    decided = [*batch.messages, *batch.ahead]
     for trigger in ("schedule", "catchup"):
-        recorded = sum(1 for m in batch.messages if m.trigger == trigger)
+        recorded = sum(1 for m in decided if m.trigger == trigger)
         if recorded:
             slots.labels(outcome=trigger).inc(recorded)
     if batch.missed:

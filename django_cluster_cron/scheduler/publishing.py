@@ -62,7 +62,8 @@ class Publisher:
             metrics.get().publish_failures.inc(len(messages) - len(result.messages))
         else:
             self.health.up("broker")
-        on_time = [m for m in result.messages if m.trigger == "schedule"]
+        # An on-time slot's first send: a copy the outbox sends again is not the slot's lateness.
+        on_time = [m for m in result.messages if m.trigger == "schedule" and not m.publish_count]
         if on_time:
             now = self.clock()
             self.lateness.observe([(now - m.due).total_seconds() for m in on_time])

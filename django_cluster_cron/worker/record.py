@@ -120,9 +120,9 @@ def _count_outcome(run: JobRun, status: str, duration: timedelta | None) -> None
     found.runs.labels(outcome=OUTCOMES.get(status, status)).inc()
     if duration is not None and status != RunStatus.SKIPPED:  # a skipped body did not run
         job = found.job_label(run.job.name) if found is not metrics.NULL else ""
-        found.run_duration.labels(job=job).observe(duration.total_seconds())
+        found.run_duration.labels(job_name=job).observe(duration.total_seconds())
         if status == RunStatus.SUCCESS and run.finished_at is not None:
-            found.last_success.labels(job=job).set(run.finished_at.timestamp())
+            found.last_success.labels(job_name=job).set(run.finished_at.timestamp())
 
 
 def _skip(run: JobRun, timer: RunTimer, reason: str) -> None:

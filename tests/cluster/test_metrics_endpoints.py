@@ -109,6 +109,6 @@ def test_a_prefork_worker_adds_up_its_pool_processes(cluster, tmp_path):
     found = scrape(port)
     assert found[("cluster_cron_runs_total", (("outcome", "claimed"),))] == 20
     assert found[("cluster_cron_runs_total", (("outcome", "succeeded"),))] == 20
-    assert found[("cluster_cron_run_duration_seconds_count", (("job", "pooled"),))] == 20
+    assert found[("cluster_cron_run_duration_seconds_count", (("job_name", "pooled"),))] == 20
     assert found[("cluster_cron_claim_seconds_count", ())] == 20
     assert worker.poll() is None

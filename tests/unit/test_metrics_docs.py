@@ -20,11 +20,12 @@ from prometheus_client import CollectorRegistry
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 RULES = DOCS / "monitoring" / "alerts.yml"
+RULE_TESTS = DOCS / "monitoring" / "alerts.test.yml"
 DASHBOARD = DOCS / "monitoring" / "grafana-dashboard.json"
 
 
-def exported_names() -> set[str]:
-    """The names Prometheus sees for every metric the app defines (counters get ``_total``)."""
+def exported_families() -> list[object]:
+    """Every metric family the app defines, registered in a registry of their own."""
     import prometheus_client
 
     from django_cluster_cron.ops import metrics
@@ -47,10 +48,16 @@ def exported_names() -> set[str]:
     finally:
         for kind, original in originals.items():
             setattr(prometheus_client, kind, original)
+    return made
+
+
+def exported_names() -> set[str]:
+    """The names Prometheus sees for every metric the app defines (counters get ``_total``)."""
     names = set()
-    for family in registry.collect():
-        suffix = "_total" if family.type == "counter" else ""
-        names.add(family.name + suffix)
+    for metric in exported_families():
+        name = str(metric._name)  # type: ignore[attr-defined]
+        suffix = "_total" if metric._type == "counter" else ""  # type: ignore[attr-defined]
+        names.add(name + suffix)
     return names
 
 
@@ -69,6 +76,17 @@ def test_every_metric_is_documented_and_nothing_else():
     exported = exported_names()
     assert len(exported) >= 15
     assert exported == documented_names()
+
+
+def test_no_metric_uses_a_label_prometheus_sets_on_its_targets():
+    """``job`` and ``instance`` are Prometheus's: a series of ours with either would have it
+    renamed ``exported_job`` on scrape, and every query on it would match nothing."""
+    from django_cluster_cron.ops.metrics import RESERVED_LABELS
+
+    assert {"job", "instance"} <= RESERVED_LABELS
+    for metric in exported_families():
+        labels = set(metric._labelnames)  # type: ignore[attr-defined]
+        assert not labels & RESERVED_LABELS, (metric, labels)
 
 
 def test_names_follow_prometheus_conventions():
@@ -105,5 +123,36 @@ def test_the_dashboard_is_valid_json_and_uses_real_metrics():
 def test_promtool_accepts_the_rules():
     checked = subprocess.run(
         ["promtool", "check", "rules", str(RULES)], capture_output=True, text=True, check=False
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool (Debian: prometheus)")
+def test_each_alert_fires_on_its_series_and_not_on_healthy_ones():
+    """``promtool test rules``: for every alert a series that must fire it and one that must
+    not (docs/monitoring/alerts.test.yml)."""
+    tests = yaml.safe_load(RULE_TESTS.read_text())["tests"]
+    rules = yaml.safe_load(RULES.read_text())
+    alerts = {rule["alert"] for group in rules["groups"] for rule in group["rules"]}
+    fired = {
+        case["alertname"]
+        for test in tests
+        for case in test["alert_rule_test"]
+        if case["exp_alerts"]
+    }
+    quiet = {
+        case["alertname"]
+        for test in tests
+        for case in test["alert_rule_test"]
+        if not case["exp_alerts"]
+    }
+    assert fired == alerts, "every alert needs a series that fires it"
+    assert quiet == alerts, "every alert needs a series that does not fire it"
+    checked = subprocess.run(
+        ["promtool", "test", "rules", RULE_TESTS.name],
+        cwd=RULE_TESTS.parent,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
