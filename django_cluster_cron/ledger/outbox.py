@@ -104,7 +104,6 @@ class OutboxMessage:
 
 def _mark_queued(
     run_ids: Sequence[int],
-    count: int,
     republish_at: datetime,
     now: datetime,
     fence: Fence | None = None,
@@ -113,9 +112,11 @@ def _mark_queued(
     """One UPDATE: ``pending`` becomes ``queued`` in the same statement that sets the re-publish
     bookkeeping, so each row is written once. A run's first publish also stamps ``queued_at``
     and, sent by a leader (``fence``), names it — even if a worker took the run meanwhile (a
-    message can be claimed before this runs). The CASEs come before ``status`` and
-    ``publish_count``: MySQL and MariaDB evaluate SET left to right, each assignment seeing the
-    ones before it, and they must read the old values."""
+    message can be claimed before this runs). ``publish_count`` goes up by one in the row itself,
+    not to ``count + 1``: a worker may have sent and recorded a retry before the leader records
+    the first send (it does so at the end of its pass), and neither may erase the other. The
+    CASEs come before ``status`` and ``publish_count``: MySQL and MariaDB evaluate SET left to
+    right, each assignment seeing the ones before it, and they must read the old values."""
 
     def when(condition: Q, field: str, value: object) -> Case:
         output = cast("Field[Any, Any]", JobRun._meta.get_field(field))
@@ -131,7 +132,7 @@ def _mark_queued(
     JobRun.objects.filter(waiting, pk__in=run_ids).update(
         **fields,
         status=when(Q(status=RunStatus.PENDING), "status", RunStatus.QUEUED),
-        publish_count=count + 1,
+        publish_count=F("publish_count") + 1,
         republish_at=republish_at,
     )
 
@@ -165,8 +166,8 @@ def mark_published(
         due = start + base * 2 ** min(message.publish_count, REPUBLISH_BACKOFF_DOUBLINGS)
         groups.setdefault((message.publish_count, due), []).append(message.run_id)
     with fence.transaction(now) if fence is not None else transaction.atomic():
-        for (count, due), run_ids in groups.items():  # one UPDATE per group (a burst is one)
-            _mark_queued(run_ids, count, due, now, fence, node_id)
+        for (_sends, due), run_ids in groups.items():  # one UPDATE per group (a burst is one)
+            _mark_queued(run_ids, due, now, fence, node_id)
 
 
 def mark_sent(sent: Sequence[tuple[list[int], datetime]], *, fence: Fence, node_id: str) -> None:
@@ -179,7 +180,7 @@ def mark_sent(sent: Sequence[tuple[list[int], datetime]], *, fence: Fence, node_
         for run_ids, at in sent:
             due = at + app_settings.OUTBOX_REPUBLISH_AFTER
             for start in range(0, len(run_ids), MARK_CHUNK):
-                _mark_queued(run_ids[start : start + MARK_CHUNK], 0, due, at, fence, node_id)
+                _mark_queued(run_ids[start : start + MARK_CHUNK], due, at, fence, node_id)
 
 
 def unpublished(run_ids: Sequence[int]) -> set[int]:

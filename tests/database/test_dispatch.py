@@ -28,7 +28,7 @@ from django_cluster_cron.dispatch.celery.sender import (
     routing_for,
 )
 from django_cluster_cron.ledger.fence import Fence
-from django_cluster_cron.ledger.outbox import OutboxMessage, mark_published
+from django_cluster_cron.ledger.outbox import OutboxMessage, mark_published, mark_sent
 from django_cluster_cron.models import JobDefinition, JobRun, RunStatus
 from django_cluster_cron.scheduler.recording import Recorder
 
@@ -278,3 +278,28 @@ def test_mark_published_queues_pending_runs_and_leaves_other_waiting_statuses():
     assert pending.republish_at is not None
     assert retrying.republish_at is not None
     assert retrying.republish_at - now == 2 * (pending.republish_at - now)
+
+
+def test_a_first_send_recorded_after_a_workers_retry_send_erases_neither():
+    """The leader records the sends of runs recorded ahead at the end of its pass; a fast worker
+    may have claimed the run, failed it and sent its retry before that. Both sends count (the
+    reconciliation of metrics with the ledger found the first one overwriting the second)."""
+    from django_cluster_cron.models import SchedulerLease
+
+    SchedulerLease.objects.create(name="leader", epoch=1)
+    job = make_job("raced")
+    slot = datetime(2030, 1, 1, 12, tzinfo=UTC)
+    run = JobRun.objects.create(
+        job=job, scheduled_for=slot, due_at=slot, task_id="raced", trigger="schedule"
+    )
+    claimed = JobRun.objects.select_related("job").get(pk=run.pk)  # publish_count 0 still
+    JobRun.objects.filter(pk=run.pk).update(status=RunStatus.RETRYING, attempt=2)
+    retry_at = slot + timedelta(seconds=10)
+    mark_published(
+        [OutboxMessage.for_run(claimed)], now=slot + timedelta(seconds=1), not_before=retry_at
+    )
+    mark_sent([([run.pk], slot)], fence=Fence(1), node_id="leader-node")
+
+    run.refresh_from_db()
+    assert run.publish_count == 2
+    assert run.status == RunStatus.RETRYING
