@@ -25,6 +25,9 @@ class ClusterCronConfig(AppConfig):
         from django.db.models.signals import post_migrate
 
         post_migrate.connect(_sync_after_migrate, sender=self, dispatch_uid="cluster_cron_sync")
+        from django_cluster_cron.ops import monitors
+
+        monitors.install()  # CLUSTER_CRON["MONITORS"]: nothing unless sinks are configured
 
 
 def _sync_after_migrate(sender: Any, using: str = "default", **kwargs: Any) -> None:

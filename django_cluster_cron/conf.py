@@ -110,6 +110,17 @@ def _patterns(value: object) -> tuple[str, ...] | None:
     return tuple(value)
 
 
+def _monitors(value: object) -> tuple[dict[str, Any], ...]:
+    problem = "a list of dicts, each naming its 'sink': 'sentry', 'ping' or a dotted path"
+    if isinstance(value, (str, Mapping)) or not isinstance(value, (list, tuple)):
+        raise ValueError(problem)
+    for spec in value:
+        sink = spec.get("sink") if isinstance(spec, Mapping) else None
+        if not isinstance(sink, str) or not sink.strip():
+            raise ValueError(problem)
+    return tuple(dict(spec) for spec in value)
+
+
 @dataclass(frozen=True)
 class Setting:
     default: Any
@@ -239,6 +250,12 @@ DEFAULTS: dict[str, Setting] = {
         _positive_seconds,
         "A node whose clock is off the database's by more than this many seconds logs "
         "clock.skew and shows it on the cluster page (it still dispatches on time).",
+    ),
+    "MONITORS": Setting(
+        [],
+        _monitors,
+        "Cron monitors fed from each run's start and end: a list of sinks, each a dict with "
+        "'sink' ('sentry', 'ping' or a dotted path to a class) and its options. Empty: none.",
     ),
 }
 
@@ -390,6 +407,11 @@ class ClusterCronSettings:
     @property
     def CLOCK_SKEW_WARNING(self) -> timedelta:
         return timedelta(seconds=self.get("CLOCK_SKEW_WARNING"))
+
+    @property
+    def MONITORS(self) -> tuple[dict[str, Any], ...]:
+        value: tuple[dict[str, Any], ...] = self.get("MONITORS")
+        return value
 
     def task_allowed(self, name: str) -> bool:
         patterns = self.TASK_ALLOWLIST
