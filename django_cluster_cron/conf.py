@@ -191,6 +191,17 @@ DEFAULTS: dict[str, Setting] = {
         _positive_seconds,
         "Re-publish a recorded run no worker picked up after this many seconds.",
     ),
+    "MESSAGE_FORM": Setting(
+        "auto",
+        _choice("auto", "task", "execute_run"),
+        "What a run's message is: 'task' (the job's own task), 'execute_run' (the form workers "
+        "before 0.2 run) or 'auto' (the job's task once every worker answering says it can).",
+    ),
+    "MESSAGE_FORM_PROBE_INTERVAL": Setting(
+        30.0,
+        _positive_seconds,
+        "With MESSAGE_FORM 'auto': how often the leader asks the workers which form they run.",
+    ),
     "TASK_ALLOWLIST": Setting(
         None,
         _patterns,
@@ -350,6 +361,14 @@ class ClusterCronSettings:
     @property
     def OUTBOX_REPUBLISH_AFTER(self) -> timedelta:
         return timedelta(seconds=self.get("OUTBOX_REPUBLISH_AFTER"))
+
+    @property
+    def MESSAGE_FORM(self) -> str:
+        return str(self.get("MESSAGE_FORM"))
+
+    @property
+    def MESSAGE_FORM_PROBE_INTERVAL(self) -> float:
+        return float(self.get("MESSAGE_FORM_PROBE_INTERVAL"))
 
     @property
     def TASK_ALLOWLIST(self) -> tuple[str, ...] | None:

@@ -1,11 +1,11 @@
-"""The Celery task every scheduled run is sent as: ``django_cluster_cron.execute_run``.
+"""What a Celery worker needs of this app: the run guarantees around every task, and the hooks.
 
-Why one generic task of the app rather than a base class for the user's tasks: the claim that
-makes a duplicate delivery harmless, the heartbeat, the overlap lock and the run ledger must wrap
-the job's code for *every* registered task, including tasks from third-party apps the project
-cannot change. The generic task is routed to the job's queue and calls the job's own task
-in-process, with the job's arguments, once it owns the run. The logic lives in
-:mod:`django_cluster_cron.worker.execute`; this module only registers the task.
+A scheduled run arrives as its job's own task; at ``worker_init`` every task class the worker
+has gets the wrapper that claims the run before the body (:mod:`django_cluster_cron.worker.
+around`). ``django_cluster_cron.execute_run(run_id, attempt)`` stays for messages in the form
+workers before 0.2 ran (queued before an upgrade, or sent while older workers were up); the
+leader sends that form until every worker registers ``django_cluster_cron.runs_job_tasks``,
+which says "this worker claims runs sent as the job's own task".
 """
 
 from __future__ import annotations
@@ -13,10 +13,18 @@ from __future__ import annotations
 from typing import Any
 
 from celery import shared_task
-from celery.signals import task_revoked, worker_init, worker_process_shutdown, worker_ready
+from celery.signals import (
+    task_revoked,
+    task_unknown,
+    worker_init,
+    worker_process_init,
+    worker_process_shutdown,
+    worker_ready,
+)
 
+from .worker.around import install, run_delivered, run_headers
 from .worker.execute import execute
-from .worker.record import on_revoked
+from .worker.record import on_revoked, on_unknown
 
 
 # acks_late + reject_on_worker_lost: a message whose worker process died before it could claim the
@@ -30,22 +38,68 @@ from .worker.record import on_revoked
     acks_late=True,
     reject_on_worker_lost=True,
 )
-def execute_run(self: Any, run_id: Any = None, attempt: Any = 1, *extra: Any, **named: Any) -> None:
+def execute_run(self: Any, run_id: Any = None, attempt: Any = 1, *extra: Any, **named: Any) -> Any:
+    sent_for = None if self.request.called_directly else run_headers(self.request)
+    if sent_for is not None and sent_for != (run_id, attempt):
+        # Sent as a job's own task: a job whose task is this one (its row edited past the
+        # validation that refuses it). The run is claimed and fails as an invalid job.
+        return run_delivered(self, sent_for, lambda: None)
     # Forged or corrupted messages (wrong arity, strings, None) are rejected inside, with a log
     # line, instead of failing in Celery's argument binding.
     execute(self, run_id, attempt if not (extra or named) else None)
+    return None
+
+
+@shared_task(name="django_cluster_cron.runs_job_tasks")
+def runs_job_tasks() -> str:
+    """Registered only to be seen: a worker that has it claims runs sent as the job's own
+    task (the leader's ``MESSAGE_FORM = "auto"`` asks). Calling it does nothing."""
+    return "this worker claims runs sent as the job's own task"
+
+
+@worker_init.connect
+def _wrap_tasks(sender: Any = None, **info: Any) -> None:
+    """Before the consumer and the pool build their tracers: the claim around every task."""
+    app = getattr(sender, "app", None)
+    if app is not None:
+        install(app, getattr(sender, "hostname", None))
+
+
+@worker_process_init.connect
+def _wrap_tasks_in_process(sender: Any = None, **info: Any) -> None:
+    """A pool process: tasks registered since ``worker_init`` get the wrapper too."""
+    install(execute_run.app, sender if isinstance(sender, str) else None)
 
 
 @task_revoked.connect
 def _record_revoked(sender: Any = None, request: Any = None, **info: Any) -> None:
-    """A revoked or expired ``execute_run`` message: say so in the run's row (see on_revoked)."""
-    if getattr(sender, "name", None) == execute_run.name and request is not None:
-        on_revoked(
-            request,
-            terminated=bool(info.get("terminated")),
-            signum=info.get("signum"),
-            expired=bool(info.get("expired")),
-        )
+    """A revoked or expired message of a run: say so in the run's row (see on_revoked)."""
+    if request is None:
+        return
+    named: tuple[object, object] | None
+    if getattr(sender, "name", None) == execute_run.name:
+        args = list(getattr(request, "args", None) or ())
+        named = (args[0] if args else None, args[1] if len(args) > 1 else 1)
+    else:
+        named = run_headers(request)  # Celery's Context of the message: its headers
+    if named is None:
+        return
+    on_revoked(
+        request,
+        named,
+        terminated=bool(info.get("terminated")),
+        signum=info.get("signum"),
+        expired=bool(info.get("expired")),
+    )
+
+
+@task_unknown.connect
+def _record_unknown(sender: Any = None, message: Any = None, name: Any = None, **info: Any) -> None:
+    """A run sent as a task this worker does not have: Celery drops the message; say so in the
+    run's row instead of leaving it queued."""
+    named = run_headers(getattr(message, "headers", None) or {})
+    if named is not None:
+        on_unknown(named, str(info.get("id") or ""), str(name))
 
 
 @worker_init.connect

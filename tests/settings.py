@@ -167,6 +167,9 @@ CELERY_ENABLE_UTC = True
 CLUSTER_CRON = {
     "REDIS_ALIAS": "default",
     "CELERY_APP": "tests.testapp.celery:app",
+    # Runs go out as their job's own task, as after an upgrade is complete; the tests of the
+    # upgrade itself ("auto", "execute_run") set it themselves.
+    "MESSAGE_FORM": "task",
 }
 
 # Child processes started by the tests (schedulers, workers) take extra app settings as JSON,

@@ -7,7 +7,7 @@ carry no epoch.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, cast
 
@@ -46,6 +46,12 @@ class OutboxMessage:
     eta: datetime | None = None
     publish_count: int = 0
     due_at: datetime | None = None  # not to be sent before (the slot plus its jitter)
+    # The job's own Celery task and its arguments: what the message runs.
+    task: str = ""
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    # The leader's dispatch span (W3C traceparent) when tracing is on (ops.tracing).
+    trace: str = ""
 
     @property
     def due(self) -> datetime:
@@ -99,6 +105,9 @@ class OutboxMessage:
             eta=eta,
             publish_count=publish_count,
             due_at=due_at,
+            task=job.task,
+            args=tuple(job.args or ()),
+            kwargs=dict(job.kwargs or {}),
         )
 
 

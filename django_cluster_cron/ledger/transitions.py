@@ -11,7 +11,8 @@ of one message) change a run at most once:
 * **cancelled** — a waiting run (``pending``, ``queued``, ``retrying``) that has not started
   (an operator);
 * **discarded** — a message Celery dropped: revoked before it ran or while running
-  (``cancelled``), or expired before a worker took it (``missed``).
+  (``cancelled``), expired before a worker took it (``missed``), or naming a task the worker
+  does not have (``failed``).
 """
 
 from __future__ import annotations
@@ -120,3 +121,12 @@ def record_discarded(
     if not runs.update(reason=reason[:255], finished_at=DbNow(), **fields):
         return None
     return str(fields["status"])
+
+
+def record_unrunnable(run_id: int, task_id: str, attempt: int, error: str) -> bool:
+    """A worker cannot run this message (it does not have the job's task): the run failed, if it
+    was still waiting at this attempt. True if written."""
+    runs = JobRun.objects.filter(
+        pk=run_id, task_id=task_id, attempt=attempt, status__in=WAITING_STATUSES
+    )
+    return bool(runs.update(status=RunStatus.FAILED, error=error[:10_000], finished_at=DbNow()))

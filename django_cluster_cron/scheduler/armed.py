@@ -21,6 +21,7 @@ from ..dispatch import Dispatcher, Prepared, SendFailed
 from ..ledger import outbox
 from ..ledger.outbox import OutboxMessage
 from ..ops import metrics
+from ..ops.tracing import DispatchSpans
 from .health import Health
 from .leadership import Term
 from .publishing import Lateness, Publisher
@@ -100,15 +101,18 @@ class ArmedSender:
         self.unmarked: list[tuple[list[int], datetime]] = []
         # Set when a term begins: the predecessor's unpublished runs are taken over first.
         self.taking_over = False
+        self.spans = DispatchSpans()
 
     def forget(self) -> None:
         """The term ended: the rows stay, the next leader takes them over."""
         self.armed.clear()
         self.unmarked = []
+        self.spans.end_all("not sent: the term ended first (the next leader sends it)")
 
     def arm(self, messages: list[OutboxMessage]) -> None:
         """Build the messages of runs recorded ahead and keep them for their instant."""
         if messages and self.term.is_leader:
+            messages = self.spans.start(messages, epoch=self.term.epoch)
             self.armed.add(self.dispatcher.prepare(messages))
             metrics.get().armed.set(self.armed.count)
 
@@ -188,7 +192,7 @@ class ArmedSender:
         return sent
 
     def _report_sent(self, groups: list[Prepared], sent: set[int], now: datetime) -> None:
-        """Lateness (sent at ``now``) and the dispatch log lines of prepared messages."""
+        """Lateness (sent at ``now``), the dispatch spans and log lines of prepared messages."""
         self.lateness.observe(
             [
                 (now - group.due).total_seconds()
@@ -197,6 +201,15 @@ class ArmedSender:
                 if run_id in sent
             ]
         )
+        if self.spans.open:
+            for group in groups:
+                late = (now - group.due).total_seconds()
+                ids = [r for r in group.run_ids if r in sent]
+                self.spans.end(ids, lateness=dict.fromkeys(ids, late).get)
+                self.spans.end(
+                    [r for r in group.run_ids if r not in sent],
+                    error="not sent (withdrawn, or the broker failed: the outbox sends it)",
+                )
         if not logger.isEnabledFor(logging.INFO):
             return
         for group in groups:

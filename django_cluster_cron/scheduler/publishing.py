@@ -15,6 +15,7 @@ from datetime import datetime
 from ..dispatch import Dispatcher, publish
 from ..ledger.outbox import OutboxMessage, mark_published
 from ..ops import metrics
+from ..ops.tracing import DispatchSpans
 from .health import Health
 from .leadership import Term
 
@@ -51,11 +52,13 @@ class Publisher:
         self.clock = clock
         self.health = health
         self.lateness = lateness
+        self.spans = DispatchSpans()
 
     def publish(self, messages: list[OutboxMessage]) -> None:
         fence = self.term.fence
         if not messages or fence is None:
             return
+        messages = self.spans.start(messages, epoch=fence.epoch)
         result = publish(self.dispatcher, messages)
         if result.failure is not None:  # the rest stay pending: the outbox sends them later
             self.health.down("broker", result.failure)
@@ -64,9 +67,13 @@ class Publisher:
             self.health.up("broker")
         # An on-time slot's first send: a copy the outbox sends again is not the slot's lateness.
         on_time = [m for m in result.messages if m.trigger == "schedule" and not m.publish_count]
+        lags: dict[int, float] = {}
         if on_time:
             now = self.clock()
-            self.lateness.observe([(now - m.due).total_seconds() for m in on_time])
+            lags = {m.run_id: (now - m.due).total_seconds() for m in on_time}
+            self.lateness.observe(list(lags.values()))
+        self.spans.end([m.run_id for m in result.messages], lateness=lags.get)
+        self.spans.end([m.run_id for m in messages], error=result.failure or "not sent")
         log_dispatched(result.messages, fence.epoch)
         mark_published(result.messages, now=self.clock(), fence=fence, node_id=self.term.node_id)
 

@@ -15,8 +15,8 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from django.db import InterfaceError, OperationalError, connection
 
@@ -57,6 +57,20 @@ def with_fresh_connection(action: Callable[[], T]) -> T:
         logger.warning("run.db_reconnect error=%s", exc)
         connection.close()
         return action()
+
+
+def message_header(request: Any, name: str) -> object:
+    """A header of the delivered message: Celery puts a message's headers in its request (a
+    worker's delivery) or, for ``apply(headers=...)``, under ``request.headers``."""
+    get = getattr(request, "get", None)
+    if get is None:
+        return None
+    value = get(name)
+    if value is None:
+        headers = get("headers")
+        if isinstance(headers, Mapping):
+            value = headers.get(name)
+    return value
 
 
 def is_id(value: object) -> bool:

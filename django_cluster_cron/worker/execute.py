@@ -36,17 +36,26 @@ import contextvars
 import logging
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any
 
-from celery.exceptions import Ignore, Reject
+from celery.exceptions import Ignore, Reject, Retry
 from django.utils import timezone
 
 from .. import signals
 from ..conf import app_settings
 from ..leases.lock import ClusterLock, LockUnavailable
 from ..models import JobDefinition, JobRun
-from ..ops import metrics
-from .claim import EarlyMessage, claim, count_duplicate, is_id, with_fresh_connection, worker_name
+from ..ops import metrics, tracing
+from .claim import (
+    EarlyMessage,
+    claim,
+    count_duplicate,
+    is_id,
+    message_header,
+    with_fresh_connection,
+    worker_name,
+)
 from .heartbeat import RunHeartbeat
 from .record import Outcome, RunTimer, record
 
@@ -76,6 +85,8 @@ class CalledDirectly(RuntimeError):
 
 
 def execute(task: Any, run_id: object, attempt: object) -> None:
+    """``execute_run(run_id, attempt)``: the message form of workers before 0.2, still sent
+    while such workers may be up. Calls the job's task in-process once it owns the run."""
     if getattr(task.request, "called_directly", False):
         # A job whose task is execute_run itself would call it here with the job's arguments:
         # fail that job's run loudly instead of "succeeding" without running anything.
@@ -93,20 +104,49 @@ def execute(task: Any, run_id: object, attempt: object) -> None:
         return
     assert isinstance(run_id, int)
     assert isinstance(attempt, int)
+    run = take(run_id, task.request.id, attempt)
+    if run is None:
+        return
+
+    def call() -> Any:
+        job = run.job
+        body = task.app.tasks.get(job.task)
+        if body is None:
+            raise LookupError(f"task {job.task!r} is not registered on worker {worker_name()}")
+        return body(*job.args, **job.kwargs)
+
+    carry_out(task, run, call)
+
+
+def take(run_id: int, task_id: str, attempt: int) -> JobRun | None:
+    """Claim the run for this delivery; None (logged and counted) if another copy has it."""
     claiming = time.perf_counter()
     try:
-        run = with_fresh_connection(lambda: claim(run_id, task.request.id, attempt))
+        run = with_fresh_connection(lambda: claim(run_id, task_id, attempt))
     except EarlyMessage:
-        return
+        return None
     if run is None:
-        count_duplicate(run_id, task.request.id)
-        return
+        count_duplicate(run_id, task_id)
+        return None
     found = metrics.get()
     found.claim.observe(time.perf_counter() - claiming)
     found.runs.labels(outcome="claimed").inc()
+    return run
+
+
+def carry_out(task: Any, run: JobRun, call: Callable[[], Any]) -> tuple[Outcome, str | None]:
+    """Guard and run a claimed run's body (``call``), record how it ended; return the outcome
+    and the status written (None if nothing was: the run was declared lost meanwhile)."""
+    with tracing.executing(run, message_header(task.request, tracing.HEADER)) as span:
+        outcome, status = _carry_out(task, run, call)
+        span.ended(status, outcome.error, outcome.reason)
+    return outcome, status
+
+
+def _carry_out(task: Any, run: JobRun, call: Callable[[], Any]) -> tuple[Outcome, str | None]:
     timer = RunTimer(run.started_at or timezone.now())
     try:
-        outcome = _run_claimed(task, run)
+        outcome = _run_claimed(run, call)
     except Exception as exc:
         # Escaped before the body ran (e.g. the soft time limit while waiting for the overlap
         # lock): the run failed; it did not succeed.
@@ -126,7 +166,7 @@ def execute(task: Any, run_id: object, attempt: object) -> None:
         outcome = Outcome("failure", error=exc, trace=traceback.format_exc())
         record(task, run, timer, outcome)
         raise
-    record(task, run, timer, outcome)
+    return outcome, record(task, run, timer, outcome)
 
 
 def _terminate_signal_handled() -> bool:
@@ -140,17 +180,13 @@ def _terminate_signal_handled() -> bool:
     return bool(getattr(common, "_should_have_exited", [False])[0])  # billiard < 4.3
 
 
-def _run_claimed(task: Any, run: JobRun) -> Outcome:
+def _run_claimed(run: JobRun, call: Callable[[], Any]) -> Outcome:
     """Guard, then call the job's task; say how it ended. Writes only a ``skipped`` refusal."""
     job = run.job
     problem = job.runtime_problem()
     if problem is not None:
         logger.error("run.invalid_job run=%s job=%s: %s", run.pk, job.pk, problem)
         return Outcome("final", reason=f"invalid job definition: {problem}")
-    body = task.app.tasks.get(job.task)
-    if body is None:
-        error = LookupError(f"task {job.task!r} is not registered on worker {worker_name()}")
-        return Outcome("failure", error=error, trace="")
     try:
         gate = _overlap_gate(job, run)
     except SkipRun as refusal:
@@ -163,7 +199,7 @@ def _run_claimed(task: Any, run: JobRun) -> Outcome:
     token = _current_run.set(run)
     try:
         try:
-            result = body(*job.args, **job.kwargs)
+            result = call()
         finally:
             heartbeat.stop()
     except Ignore as exc:
@@ -175,6 +211,11 @@ def _run_claimed(task: Any, run: JobRun) -> Outcome:
         if getattr(exc, "requeue", False):
             return Outcome("failure", error=exc, trace=traceback.format_exc())
         return Outcome("final", error=exc, trace=traceback.format_exc())
+    except Retry as exc:
+        # self.retry() or autoretry_for: a failure, retried by the job's policy (the copy
+        # Celery sent loses the claim). The error is the one the task retried for, if it said.
+        error = exc.exc if isinstance(exc.exc, Exception) else exc
+        return Outcome("failure", error=error, trace=traceback.format_exc())
     except Exception as exc:
         return Outcome("failure", error=exc, trace=traceback.format_exc())
     finally:

@@ -23,14 +23,14 @@ from django.utils import timezone
 from .. import signals
 from ..core.retry import retry_delay
 from ..dispatch import send_runs
-from ..dispatch.celery import CeleryDispatcher
+from ..dispatch.celery import EXECUTE_TASK, CeleryDispatcher
 from ..ledger import failures
 from ..ledger.outbox import OutboxMessage
 from ..ledger.statements import finish_run
-from ..ledger.transitions import record_discarded
+from ..ledger.transitions import record_discarded, record_unrunnable
 from ..models import JobRun, RunStatus
 from ..ops import metrics
-from .claim import is_id, with_fresh_connection
+from .claim import is_id, with_fresh_connection, worker_name
 
 logger = logging.getLogger("django_cluster_cron.worker")
 
@@ -67,25 +67,26 @@ class Outcome:
     reason: str = ""
 
 
-def record(task: Any, run: JobRun, timer: RunTimer, outcome: Outcome) -> None:
-    """Write the outcome (reconnecting once if the connection broke). A soft time limit that
-    fires while this writes does not change what happened: the write is made again."""
+def record(task: Any, run: JobRun, timer: RunTimer, outcome: Outcome) -> str | None:
+    """Write the outcome (reconnecting once if the connection broke); the status written, or
+    None if the run was no longer this attempt's to finish (declared lost meanwhile). A soft
+    time limit that fires while this writes does not change what happened: the write is made
+    again."""
     record = functools.partial(_record_once, task, run, timer, outcome)
     try:
-        with_fresh_connection(record)
+        return with_fresh_connection(record)
     except SoftTimeLimitExceeded:
-        with_fresh_connection(record)
+        return with_fresh_connection(record)
 
 
-def _record_once(task: Any, run: JobRun, timer: RunTimer, outcome: Outcome) -> None:
+def _record_once(task: Any, run: JobRun, timer: RunTimer, outcome: Outcome) -> str | None:
     if outcome.kind == "success":
-        _succeed(run, timer, outcome.result)
-    elif outcome.kind == "skipped":
-        _skip(run, timer, outcome.reason)
-    elif outcome.kind == "final":
-        _fail(run, timer, outcome)
-    else:
-        _after_failure(task, run, timer, outcome)
+        return _succeed(run, timer, outcome.result)
+    if outcome.kind == "skipped":
+        return _skip(run, timer, outcome.reason)
+    if outcome.kind == "final":
+        return _fail(run, timer, outcome)
+    return _after_failure(task, run, timer, outcome)
 
 
 def _finish(run: JobRun, timer: RunTimer, **fields: Any) -> bool:
@@ -125,19 +126,22 @@ def _count_outcome(run: JobRun, status: str, duration: timedelta | None) -> None
             found.last_success.labels(job_name=job).set(run.finished_at.timestamp())
 
 
-def _skip(run: JobRun, timer: RunTimer, reason: str) -> None:
-    if _finish(run, timer, status=RunStatus.SKIPPED, reason=reason[:255]):
-        logger.info("run.skipped run=%s job=%s reason=%s", run.pk, run.job_id, reason)
-        signals.send(signals.run_skipped, run, reason=reason)
+def _skip(run: JobRun, timer: RunTimer, reason: str) -> str | None:
+    if not _finish(run, timer, status=RunStatus.SKIPPED, reason=reason[:255]):
+        return None
+    logger.info("run.skipped run=%s job=%s reason=%s", run.pk, run.job_id, reason)
+    signals.send(signals.run_skipped, run, reason=reason)
+    return RunStatus.SKIPPED
 
 
-def _succeed(run: JobRun, timer: RunTimer, result: Any) -> None:
-    if _finish(run, timer, status=RunStatus.SUCCESS, result=_short(result), error=""):
-        logger.info("run.succeeded run=%s job=%s attempt=%s", run.pk, run.job_id, run.attempt)
-        failures.note_success(run.job)
-        signals.send(signals.run_succeeded, run, result=result)
-    else:
+def _succeed(run: JobRun, timer: RunTimer, result: Any) -> str | None:
+    if not _finish(run, timer, status=RunStatus.SUCCESS, result=_short(result), error=""):
         logger.warning("run.finished_late run=%s: it was declared lost meanwhile", run.pk)
+        return None
+    logger.info("run.succeeded run=%s job=%s attempt=%s", run.pk, run.job_id, run.attempt)
+    failures.note_success(run.job)
+    signals.send(signals.run_succeeded, run, result=result)
+    return RunStatus.SUCCESS
 
 
 def _error_text(outcome: Outcome) -> str:
@@ -146,22 +150,24 @@ def _error_text(outcome: Outcome) -> str:
     return f"{type(outcome.error).__name__}: {outcome.error}"[:10_000]
 
 
-def _fail(run: JobRun, timer: RunTimer, outcome: Outcome) -> None:
+def _fail(run: JobRun, timer: RunTimer, outcome: Outcome) -> str | None:
     """The run failed and is not retried (the last attempt, or a failure no retry can fix)."""
     error = _error_text(outcome)
-    if _finish(run, timer, status=RunStatus.FAILED, error=error, traceback=outcome.trace[:50_000]):
-        logger.warning(
-            "run.failed run=%s job=%s attempt=%s error=%s", run.pk, run.job_id, run.attempt, error
-        )
-        signals.send(signals.run_failed, run, error=outcome.error)
-        failures.note_failure(run.job)
+    trace = outcome.trace[:50_000]
+    if not _finish(run, timer, status=RunStatus.FAILED, error=error, traceback=trace):
+        return None
+    logger.warning(
+        "run.failed run=%s job=%s attempt=%s error=%s", run.pk, run.job_id, run.attempt, error
+    )
+    signals.send(signals.run_failed, run, error=outcome.error)
+    failures.note_failure(run.job)
+    return RunStatus.FAILED
 
 
-def _after_failure(task: Any, run: JobRun, timer: RunTimer, outcome: Outcome) -> None:
+def _after_failure(task: Any, run: JobRun, timer: RunTimer, outcome: Outcome) -> str | None:
     job = run.job
     if run.attempt > job.max_retries:
-        _fail(run, timer, outcome)
-        return
+        return _fail(run, timer, outcome)
     error = _error_text(outcome)
     delay = retry_delay(run.attempt, base=job.retry_backoff, cap=job.retry_backoff_max)
     # Compared by the leader with the database's clock: computed in database time.
@@ -178,7 +184,7 @@ def _after_failure(task: Any, run: JobRun, timer: RunTimer, outcome: Outcome) ->
         error=error,
         traceback=outcome.trace[:50_000],
     ):
-        return
+        return None
     logger.warning(
         "run.retrying run=%s job=%s failed_attempt=%s delay=%.2fs error=%s",
         run.pk,
@@ -190,12 +196,16 @@ def _after_failure(task: Any, run: JobRun, timer: RunTimer, outcome: Outcome) ->
     signals.send(signals.run_retrying, run, error=outcome.error, delay=delay)
     # The message's ETA is read by the worker that receives it, against its own clock.
     _publish_retry(task, run, eta=timezone.now() + timedelta(seconds=delay), db_now=timer.now())
+    return RunStatus.RETRYING
 
 
 def _publish_retry(task: Any, run: JobRun, *, eta: datetime, db_now: datetime) -> None:
     # The re-publish deadline counts from the retry time in database time, like the leader's.
+    # The next attempt goes in the form this attempt came in: a worker that received the job's
+    # own task knows the leader found every worker able to run that form.
     message = OutboxMessage.for_run(run, eta=eta)
-    sent = send_runs(CeleryDispatcher(task.app), [message], now=db_now, not_before=run.retry_at)
+    dispatcher = CeleryDispatcher(task.app, own_task=task.name != EXECUTE_TASK)
+    sent = send_runs(dispatcher, [message], now=db_now, not_before=run.retry_at)
     if sent.failure is not None:
         # The run stays 'retrying'; the leader's outbox sweep publishes it once overdue.
         logger.error("run.retry_publish_failed run=%s error=%s", run.pk, sent.failure)
@@ -209,17 +219,18 @@ def _short(result: Any) -> str:
 # -- runs Celery discarded ----------------------------------------------------------------------
 
 
-def on_revoked(request: Any, terminated: bool, signum: Any, expired: bool) -> None:
-    """Celery's ``task_revoked`` for an ``execute_run`` message: record why the run did not run.
+def on_revoked(
+    request: Any, named: tuple[object, object], terminated: bool, signum: Any, expired: bool
+) -> None:
+    """Celery's ``task_revoked`` for a run's message (``named``: its run id and attempt):
+    record why the run did not run.
 
     An expired message (the job's ``expires``) makes the run ``missed``; a revoke before it
     started, or one that terminated it while running, makes it ``cancelled``. Each write is
     conditional on the run still being in the state that message could have moved it from, so
     a copy revoked after another copy ran changes nothing.
     """
-    args = list(getattr(request, "args", None) or ())
-    run_id = args[0] if args else None
-    attempt = args[1] if len(args) > 1 else 1
+    run_id, attempt = named
     task_id = getattr(request, "id", None)
     if not (is_id(run_id) and is_id(attempt) and task_id):
         return
@@ -237,3 +248,23 @@ def on_revoked(request: Any, terminated: bool, signum: Any, expired: bool) -> No
     if status is not None:
         logger.warning("run.revoked run=%s task_id=%s status=%s", run_id, task_id, status)
         metrics.get().runs.labels(outcome=OUTCOMES[RunStatus(status)]).inc()
+
+
+def on_unknown(named: tuple[object, object], task_id: str, name: str) -> None:
+    """Celery's ``task_unknown`` for a run's message: the worker does not have the job's task
+    and Celery dropped the message. The run failed (and says where)."""
+
+    run_id, attempt = named
+    if not (is_id(run_id) and is_id(attempt) and task_id):
+        return
+    assert isinstance(run_id, int)
+    assert isinstance(attempt, int)
+    error = f"task {name!r} is not registered on worker {worker_name()}"
+    try:
+        failed = with_fresh_connection(lambda: record_unrunnable(run_id, task_id, attempt, error))
+    except Exception as exc:  # the outbox sends a queued run again
+        logger.error("run.unknown_not_recorded run=%s error=%s", run_id, exc)
+        return
+    if failed:
+        logger.error("run.failed run=%s task_id=%s error=%s", run_id, task_id, error)
+        metrics.get().runs.labels(outcome="failed").inc()

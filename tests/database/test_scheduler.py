@@ -18,7 +18,7 @@ from django.db import connection
 from django.utils import timezone as dj_timezone
 
 from django_cluster_cron.coordination import coordination_for
-from django_cluster_cron.dispatch.celery import EXECUTE_TASK, CeleryDispatcher
+from django_cluster_cron.dispatch.celery import CeleryDispatcher
 from django_cluster_cron.leases import LEADER
 from django_cluster_cron.ledger.fence import Fence
 from django_cluster_cron.ledger.outbox import OutboxMessage, mark_published
@@ -49,7 +49,8 @@ def test_the_leader_records_each_due_slot_once_and_publishes_it_with_its_task_id
     assert run.task_id == f"cron-{nightly.pk}-20300101T120000Z"
     [message] = queued_messages(redis_client)
     assert message["headers"]["id"] == run.task_id
-    assert message["headers"]["task"] == EXECUTE_TASK
+    assert message["headers"]["task"] == nightly.task  # the job's own task, with its arguments
+    assert message["headers"]["argsrepr"] == repr(nightly.args)
     assert message["headers"]["cluster_cron_job"] == nightly.pk
     nightly.refresh_from_db()
     assert nightly.next_run_at == T0 + timedelta(minutes=1)

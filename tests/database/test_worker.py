@@ -19,11 +19,20 @@ from django_cluster_cron.models import JobDefinition, JobRun, RunStatus
 from django_cluster_cron.tasks import execute_run
 from django_cluster_cron.worker.claim import duplicate_deliveries
 from tests.support.cluster import cut_other_connections
-from tests.support.jobs import apply, make_job, make_run
+from tests.support.jobs import FORM, apply, make_job, make_run
 from tests.support.waiting import wait_for
 from tests.testapp.models import Execution
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True, params=["task", "execute_run"])
+def message_form(request):
+    """Every test delivers the run's message in both forms: the job's own task (what the leader
+    sends) and ``execute_run`` (what it sends while older workers may be up)."""
+    FORM["current"] = request.param
+    yield request.param
+    FORM["current"] = "task"
 
 
 @pytest.fixture
@@ -149,10 +158,31 @@ def test_the_last_attempt_fails_with_error_and_traceback(received):
     assert JobRun.objects.filter(status=RunStatus.FAILED).count() == 1  # the dead-letter view
 
 
-def test_an_unregistered_task_is_recorded_as_a_failure():
+def test_an_unregistered_task_is_recorded_as_a_failure(message_form):
     job = make_job()
     JobDefinition.objects.filter(pk=job.pk).update(task="tests.vanished")
-    run = apply(make_run(job))
+    run = make_run(job)
+    if message_form == "execute_run":
+        run = apply(run)
+    else:
+        # A worker's consumer refuses a message naming a task it does not have, before any task
+        # code runs, and says so with task_unknown (what it sends is what is sent here).
+        from types import SimpleNamespace
+
+        from celery.signals import task_unknown
+
+        from django_cluster_cron.dispatch.celery.sender import headers_for
+        from django_cluster_cron.ledger.outbox import OutboxMessage
+
+        message = SimpleNamespace(headers=headers_for(OutboxMessage.for_run(run)))
+        task_unknown.send(
+            sender=None,
+            message=message,
+            exc=KeyError(job.task),
+            name="tests.vanished",
+            id=run.task_id,
+        )
+        run.refresh_from_db()
     assert run.status == RunStatus.FAILED
     assert "tests.vanished" in run.error
 

@@ -105,10 +105,19 @@ class Cluster:
         offset = extra.pop("clock_offset", None)
         if offset is not None:
             command, env = under_faketime(command, env, offset)
+        # ``code=<dir>``: run another checkout of the project (its app and its tests).
+        code = extra.pop("code", None)
+        if code is not None:
+            env["PYTHONPATH"] = os.pathsep.join([str(code), env.get("PYTHONPATH", "")])
         env.update({k: str(v) for k, v in extra.items()})
         log = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 (lives as long as the process)
         proc = subprocess.Popen(
-            command, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+            command,
+            env=env,
+            cwd=code,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
         self.procs[name] = proc
         return proc
@@ -141,7 +150,8 @@ class Cluster:
         return self._spawn(node, command, extra)
 
     def worker(self, name: str, *, concurrency: int = 1, **extra: Any) -> subprocess.Popen[bytes]:
-        """A Celery worker of the test app (prefork with ``concurrency`` children, or solo)."""
+        """A Celery worker of the test app (prefork with ``concurrency`` children, or solo);
+        ``args=[...]`` adds command-line options, other keywords become environment variables."""
         pool = (
             ["--pool=solo"]
             if concurrency == 1
@@ -160,6 +170,7 @@ class Cluster:
             "--without-heartbeat",
             "--loglevel=INFO",
             f"--hostname={name}@%h",
+            *extra.pop("args", []),
         ]
         return self._spawn(name, command, extra)
 

@@ -8,8 +8,10 @@ already due, for a scheduler to record at once.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from datetime import timedelta
+from typing import Any
 
 from django.db.models import F, Min
 from django.utils import timezone
@@ -50,11 +52,36 @@ def make_run(job, status=RunStatus.QUEUED):
     )
 
 
-def apply(run, attempt=1, task_id=None):
-    """Run the real task in this process, as a worker would for one delivered message."""
-    execute_run.apply(args=(run.pk, attempt), task_id=task_id or run.task_id)
+# The message form ``apply`` delivers: "task" (the job's own task, with the run's headers, as the
+# leader sends it) or "execute_run" (the form of workers before 0.2). Tests of the worker side
+# run in both (the ``message_form`` fixture of tests/database/conftest.py sets it).
+FORM: dict[str, Any] = {"current": "task"}
+
+
+def apply(run, attempt=1, task_id=None, form=None):
+    """Run the real task in this process, as a worker would for one delivered message; return
+    the run as the ledger then holds it. ``last_result`` holds Celery's view (an EagerResult)."""
+    form = form or FORM["current"]
+    task_id = task_id or run.task_id
+    if form == "execute_run":
+        FORM["last_result"] = execute_run.apply(args=(run.pk, attempt), task_id=task_id)
+    else:
+        FORM["last_result"] = apply_own_task(run, attempt=attempt, task_id=task_id)
     run.refresh_from_db()
     return run
+
+
+def apply_own_task(run, attempt=1, task_id=None, **options):
+    """Deliver the run's message in the job's-own-task form in this process (Celery's apply, with
+    the wrapper every worker installs); Celery's EagerResult."""
+    from django_cluster_cron.celery_app import get_celery_app
+    from django_cluster_cron.worker.around import deliver_here
+
+    run = JobRun.objects.select_related("job").get(pk=run.pk)
+    message = dataclasses.replace(
+        OutboxMessage.for_run(run), attempt=attempt, task_id=task_id or run.task_id
+    )
+    return deliver_here(get_celery_app(), message, **options)
 
 
 def publish(run, copies=1):

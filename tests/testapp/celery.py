@@ -16,3 +16,22 @@ app = Celery("tests")
 # this module is imported.
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+if os.environ.get("TEST_LOG_TASK_SIGNALS"):
+    # What a project's own signal receivers see in the worker (tests/cluster/
+    # test_what_celery_sees.py reads these lines from the worker's log).
+    import logging
+
+    from celery import signals
+
+    _seen = logging.getLogger("tests.task_signals")
+
+    @signals.task_prerun.connect(weak=False)
+    def _prerun(sender=None, task_id=None, args=None, **info):
+        _seen.warning("seen task_prerun task=%s id=%s args=%r", sender.name, task_id, list(args))
+
+    @signals.task_failure.connect(weak=False)
+    def _failure(sender=None, task_id=None, exception=None, **info):
+        _seen.warning(
+            "seen task_failure task=%s id=%s exception=%r", sender.name, task_id, exception
+        )

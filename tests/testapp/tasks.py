@@ -153,3 +153,9 @@ def signal_self() -> None:
     os.kill(os.getpid(), signal.SIGTERM)
     for _ in range(100):  # the handler runs between two bytecodes of this thread
         time.sleep(0.01)
+
+
+@shared_task(name="tests.recurse", bind=True)
+def recurse(self: Any, depth: int) -> int:
+    """Calls itself as a function ``depth`` times: one run, one claim."""
+    return depth if depth == 0 else 1 + self(depth - 1)

@@ -1,9 +1,11 @@
 """The Celery adapter of the dispatch port: runs published as Celery messages.
 
-Each run is sent as the app's ``django_cluster_cron.execute_run`` task with the run's
-deterministic task id, the job's queue/priority/expiry and headers naming the run, so a copy
-published twice (outbox re-publish, a stale leader) is recognisable and the worker's claim drops
-it. A batch reuses one producer (one broker connection) for all its messages.
+Each run is sent as its job's own Celery task, with the job's arguments, the run's deterministic
+task id, the job's queue/priority/expiry/time limits over the task's own, and headers naming the
+run (run, job, slot, attempt, epoch, trigger), so a copy published twice (outbox re-publish, a
+stale leader) is recognisable and the worker's claim drops it. While workers of an earlier
+release may be running, runs go as ``django_cluster_cron.execute_run(run_id, attempt)`` instead
+(:mod:`.forms`). A batch reuses one producer (one broker connection) for all its messages.
 
 How one message is built and sent is :mod:`.sender`; runs recorded ahead are prepared by
 :mod:`.prepared`.
@@ -27,7 +29,7 @@ from celery import Celery
 
 from ...ledger.outbox import OutboxMessage
 from ..port import Prepared, PublishFailed, SendFailed
-from . import prepared
+from . import forms, prepared
 from .prepared import PreparedGroup
 from .sender import EXECUTE_TASK, BatchSender
 
@@ -41,13 +43,23 @@ PIPELINE_SIZE = 500
 
 
 class CeleryDispatcher:
-    def __init__(self, app: Celery | None = None, *, pipeline: bool = True) -> None:
+    def __init__(
+        self, app: Celery | None = None, *, pipeline: bool = True, own_task: bool | None = None
+    ) -> None:
+        """``own_task``: send runs as their job's own task (True) or as ``execute_run``
+        (False); None follows the ``MESSAGE_FORM`` setting."""
         if app is None:
             from ...celery_app import get_celery_app
 
             app = get_celery_app()
         self.app = app
         self.pipeline = pipeline
+        self._own_task = own_task
+
+    def own_task(self) -> bool:
+        if self._own_task is not None:
+            return self._own_task
+        return forms.own_task_form(self.app)
 
     def _pipeline(self, producer: Any, size: int) -> AbstractContextManager[Any] | None:
         """kombu's publish batch (one Redis round trip per chunk), or None without one.
@@ -63,7 +75,7 @@ class CeleryDispatcher:
     def prepare(self, messages: Sequence[OutboxMessage]) -> list[PreparedGroup]:
         """Build the messages of runs recorded ahead, to send at their instant (see
         :mod:`.prepared`); nothing reaches the broker."""
-        return prepared.prepare(self.app, messages, fast=self.pipeline)
+        return prepared.prepare(self.app, messages, fast=self.pipeline, own_task=self.own_task())
 
     def send_prepared(self, groups: Sequence[Prepared], keep: set[int]) -> list[int]:
         """Send the prepared messages whose run is in ``keep``; return the runs sent.
@@ -95,7 +107,7 @@ class CeleryDispatcher:
             return published
         try:
             with self.app.producer_or_acquire() as producer:
-                sender = BatchSender(self.app, producer)
+                sender = BatchSender(self.app, producer, own_task=self.own_task())
                 for start in range(0, len(messages), PIPELINE_SIZE):
                     chunk = messages[start : start + PIPELINE_SIZE]
                     pipeline = self._pipeline(producer, len(chunk))

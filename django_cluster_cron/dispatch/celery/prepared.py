@@ -205,7 +205,9 @@ def _collecting(producer: Any) -> Iterator[_Collector]:
 _unavailable: list[str] = []
 
 
-def prepare(app: Celery, messages: Sequence[OutboxMessage], *, fast: bool) -> list[PreparedGroup]:
+def prepare(
+    app: Celery, messages: Sequence[OutboxMessage], *, fast: bool, own_task: bool = True
+) -> list[PreparedGroup]:
     """Build the messages of runs recorded ahead, grouped by due time (chunks of CHUNK_SIZE).
 
     Never raises for the broker: if it cannot be reached now, the groups keep their messages
@@ -233,7 +235,7 @@ def prepare(app: Celery, messages: Sequence[OutboxMessage], *, fast: bool) -> li
         with app.producer_or_acquire() as producer:
             if not can_prepare(producer):
                 return groups
-            sender = BatchSender(app, producer)
+            sender = BatchSender(app, producer, own_task=own_task)
             for group in groups:
                 assert group.messages is not None
                 if _fill(group, group.messages, producer, sender):

@@ -42,11 +42,18 @@ _slow_path_reported: list[str] = []
 
 
 class BatchSender:
-    """What ``app.send_task`` does for one message, with its per-batch parts done once."""
+    """What ``app.send_task`` does for one message, with its per-batch parts done once.
 
-    def __init__(self, app: Celery, producer: Any) -> None:
+    ``own_task``: each run is sent as its job's own task with the job's arguments (what every
+    Celery tool then shows); otherwise as ``execute_run(run_id, attempt)``, the form workers
+    older than 0.2 understand (see :mod:`.forms`).
+    """
+
+    def __init__(self, app: Celery, producer: Any, *, own_task: bool = True) -> None:
         self.app = app
         self.producer = producer
+        self.own_task = own_task
+        self.tasks: dict[str, tuple[Any, dict[str, Any]]] = {}
         try:
             self._prepare(app)
         except Exception as exc:  # any drift in Celery internals
@@ -56,7 +63,7 @@ class BatchSender:
             if not _slow_path_reported:
                 _slow_path_reported.append(repr(exc))
                 logger.warning("dispatch.slow_path reason=%r", exc)
-        self.routes: dict[tuple[str | None, int | None], dict[str, Any]] = {}
+        self.routes: dict[tuple[str, str | None, int | None], dict[str, Any]] = {}
         self.declared: set[str] = set()
 
     def _prepare(self, app: Celery) -> None:
@@ -65,26 +72,42 @@ class BatchSender:
         self.create_message = amqp.create_task_message
         self.send_message = amqp.send_task_message
         conf = app.conf
-        # send_task looks the task up in the registry without finalizing the app; so do we.
-        self.task_type = app._tasks.get(EXECUTE_TASK)  # type: ignore[attr-defined]
-        get_options = getattr(self.task_type, "_get_exec_options", None)
-        task_options = get_options() if callable(get_options) else None
-        self.task_options = {k: v for k, v in (task_options or {}).items() if v is not None}
         # Inside a worker task send_task links the message to the parent task (root/parent id,
         # inherited priority); protocol 1 builds another message: leave both to send_task.
         self.fast = conf.task_protocol == 2 and app.current_worker_task is None
         self.reply_to = app.thread_oid
         self.sent_event = conf.task_send_sent_event
         self.repr_limits = (amqp.argsrepr_maxsize, conf.task_repr_maxlevels)
-        self.kwargsrepr = saferepr({}, amqp.kwargsrepr_maxsize, maxlevels=conf.task_repr_maxlevels)
+        self.kwargsrepr_maxsize = amqp.kwargsrepr_maxsize
+        self.no_kwargs = saferepr({}, amqp.kwargsrepr_maxsize, maxlevels=conf.task_repr_maxlevels)
         self.backend = app.backend
 
+    def _task(self, name: str) -> tuple[Any, dict[str, Any]]:
+        """The registered task of that name (None if this process does not know it) and its
+        own options (queue, time limits...), as send_task would look them up."""
+        found = self.tasks.get(name)
+        if found is None:
+            # send_task looks the task up in the registry without finalizing the app; so do we.
+            task_type = self.app._tasks.get(name)  # type: ignore[attr-defined]
+            get_options = getattr(task_type, "_get_exec_options", None)
+            options = get_options() if callable(get_options) else None
+            found = (task_type, {k: v for k, v in (options or {}).items() if v is not None})
+            self.tasks[name] = found
+        return found
+
+    def form(self, message: OutboxMessage) -> tuple[str, list[Any], dict[str, Any]]:
+        """The task name, args and kwargs the message of this run carries."""
+        if self.own_task and message.task:
+            return message.task, list(message.args), dict(message.kwargs)
+        return EXECUTE_TASK, [message.run_id, message.attempt], {}
+
     def send(self, message: OutboxMessage) -> None:
-        args = [message.run_id, message.attempt]
+        name, args, kwargs = self.form(message)
         if not self.fast or message.eta is not None:
             self.app.send_task(
-                EXECUTE_TASK,
+                name,
                 args=args,
+                kwargs=kwargs,
                 task_id=message.task_id,
                 producer=self.producer,
                 retry=True,
@@ -93,42 +116,44 @@ class BatchSender:
                 **routing_for(message),
             )
             return
-        options = {**self.task_options, **routing_for(message)}
-        time_limit, soft_time_limit, expires = (options.pop(name, None) for name in _EXPLICIT)
-        options = self._route(options, args)
+        task_type, task_options = self._task(name)
+        # The job's own settings win over the task's (as options given to apply_async do).
+        options = {**task_options, **routing_for(message)}
+        time_limit, soft_time_limit, expires = (options.pop(key, None) for key in _EXPLICIT)
+        options = self._route(name, task_type, options, args, kwargs)
         if expires is not None:
             # As send_task: a relative TTL for the broker, never negative.
             options["expiration"] = max(0.0, (expires - self.app.now()).total_seconds())
         task_id = message.task_id
         built = self.create_message(
             task_id,
-            EXECUTE_TASK,
+            name,
             args,
-            None,
+            kwargs,
             expires=expires,
             reply_to=self.reply_to,
             time_limit=time_limit,
             soft_time_limit=soft_time_limit,
             create_sent_event=self.sent_event,
             ignore_result=None,
-            argsrepr=self._argsrepr(args),
-            kwargsrepr=self.kwargsrepr,
+            argsrepr=self._repr(args),
+            kwargsrepr=self._repr(kwargs) if kwargs else self.no_kwargs,
             **options,
         )
         queue = options.get("queue")
-        name = getattr(queue, "name", None)
-        if name is not None:
+        queue_name = getattr(queue, "name", None)
+        if queue_name is not None:
             # Declaring is only needed once per connection; kombu would check its cache of
             # declared entities on every message.
-            options["declare"] = [] if name in self.declared else [queue]
-            self.declared.add(name)
+            options["declare"] = [] if queue_name in self.declared else [queue]
+            self.declared.add(queue_name)
         producer = self.producer
         reraise = getattr(producer.connection, "_reraise_as_library_errors", nullcontext)
         with reraise():
             self.backend.on_task_call(producer, task_id)
             self.send_message(
                 producer,
-                EXECUTE_TASK,
+                name,
                 built,
                 retry=True,
                 retry_policy=PUBLISH_RETRY_POLICY,
@@ -136,28 +161,35 @@ class BatchSender:
                 **options,
             )
 
-    def _route(self, options: dict[str, Any], args: list[Any]) -> dict[str, Any]:
-        # The route depends only on queue and priority unless user routers (which may look at
-        # the message) or other options are involved: then ask the router for each message.
+    def _route(
+        self,
+        name: str,
+        task_type: Any,
+        options: dict[str, Any],
+        args: list[Any],
+        kwargs: dict[str, Any],
+    ) -> dict[str, Any]:
+        # The route depends only on the task, queue and priority unless user routers (which may
+        # look at the message) or other options are involved: then ask the router each time.
         if self.router.routes or not set(options) <= {"queue", "priority"}:
-            routed: dict[str, Any] = self.router.route(
-                options, EXECUTE_TASK, args, None, self.task_type
-            )
+            routed: dict[str, Any] = self.router.route(options, name, args, kwargs, task_type)
             return routed
-        key = (options.get("queue"), options.get("priority"))
+        key = (name, options.get("queue"), options.get("priority"))
         if key not in self.routes:
-            self.routes[key] = self.router.route(options, EXECUTE_TASK, args, None, self.task_type)
+            self.routes[key] = self.router.route(options, name, args, kwargs, task_type)
         return dict(self.routes[key])
 
-    def _argsrepr(self, args: list[Any]) -> str:
-        if all(type(arg) is int for arg in args):
-            return repr(args)  # what saferepr gives for a short list of ints, much cheaper
+    def _repr(self, value: list[Any] | dict[str, Any]) -> str:
+        if type(value) is list and all(type(arg) is int for arg in value):
+            return repr(value)  # what saferepr gives for a short list of ints, much cheaper
         maxsize, maxlevels = self.repr_limits
-        return str(saferepr(args, maxsize, maxlevels=maxlevels))
+        if isinstance(value, dict):
+            maxsize = self.kwargsrepr_maxsize
+        return str(saferepr(value, maxsize, maxlevels=maxlevels))
 
 
 def headers_for(message: OutboxMessage) -> dict[str, Any]:
-    return {
+    headers = {
         "cluster_cron_run": message.run_id,
         "cluster_cron_job": message.job_id,
         "cluster_cron_slot": message.scheduled_for.isoformat(),
@@ -165,6 +197,9 @@ def headers_for(message: OutboxMessage) -> dict[str, Any]:
         "cluster_cron_epoch": message.epoch,
         "cluster_cron_trigger": message.trigger,
     }
+    if message.trace:
+        headers["cluster_cron_trace"] = message.trace
+    return headers
 
 
 def routing_for(message: OutboxMessage) -> dict[str, Any]:
