@@ -303,3 +303,43 @@ def test_a_first_send_recorded_after_a_workers_retry_send_erases_neither():
     run.refresh_from_db()
     assert run.publish_count == 2
     assert run.status == RunStatus.RETRYING
+
+
+def test_the_fast_path_sends_the_jobs_own_task_exactly_as_send_task_would(redis_client):
+    app = celery_app()
+    msg = message(task="tests.echo", args=(1, "two"), kwargs={"three": [3]}, queue="reports")
+    with app.producer_or_acquire() as producer:
+        app.send_task(
+            "tests.echo",
+            args=[1, "two"],
+            kwargs={"three": [3]},
+            task_id=msg.task_id,
+            producer=producer,
+            retry=True,
+            retry_policy=PUBLISH_RETRY_POLICY,
+            headers=headers_for(msg),
+            **routing_for(msg),
+        )
+    [reference] = raw_messages(redis_client, "reports")
+    redis_client.flushdb()
+    assert CeleryDispatcher(app, own_task=True).publish([msg]) == [msg.task_id]
+    [ours] = raw_messages(redis_client, "reports")
+    assert comparable(ours) == comparable(reference)
+    assert ours["headers"]["task"] == "tests.echo"
+    assert ours["headers"]["cluster_cron_run"] == msg.run_id
+
+
+def test_the_jobs_options_win_over_its_tasks_and_the_tasks_apply_where_the_job_sets_none(
+    redis_client,
+):
+    app = celery_app()
+    plain = message(1, task="tests.limited", args=(5,))
+    CeleryDispatcher(app, own_task=True).publish([plain])
+    [sent] = raw_messages(redis_client, "celery")
+    assert sent["headers"]["task"] == "tests.limited"
+    assert sent["headers"]["timelimit"] == [30, 20]  # the task's own limits
+    redis_client.flushdb()
+    own = message(2, task="tests.limited", args=(5,), queue="jobs", time_limit=8, soft_time_limit=4)
+    CeleryDispatcher(app, own_task=True).publish([own])
+    [sent] = raw_messages(redis_client, "jobs")
+    assert sent["headers"]["timelimit"] == [8, 4]

@@ -159,3 +159,9 @@ def signal_self() -> None:
 def recurse(self: Any, depth: int) -> int:
     """Calls itself as a function ``depth`` times: one run, one claim."""
     return depth if depth == 0 else 1 + self(depth - 1)
+
+
+@shared_task(name="tests.limited", time_limit=30, soft_time_limit=20)
+def limited(x: int = 0) -> int:
+    """A task with Celery options of its own (time limits)."""
+    return x

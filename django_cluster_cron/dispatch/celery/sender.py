@@ -20,6 +20,7 @@ from typing import Any
 from celery import Celery
 from celery.utils.saferepr import saferepr
 
+from ...celery_app import registered_task_names
 from ...ledger.outbox import OutboxMessage
 
 logger = logging.getLogger("django_cluster_cron.scheduler")
@@ -89,6 +90,12 @@ class BatchSender:
         if found is None:
             # send_task looks the task up in the registry without finalizing the app; so do we.
             task_type = self.app._tasks.get(name)  # type: ignore[attr-defined]
+            if task_type is None and name != EXECUTE_TASK:
+                # A leader need not have imported the project's task modules; a worker has.
+                # Import them as a worker would (once per app), so that the task's own queue
+                # and time limits are known here too.
+                registered_task_names(self.app)
+                task_type = self.app._tasks.get(name)  # type: ignore[attr-defined]
             get_options = getattr(task_type, "_get_exec_options", None)
             options = get_options() if callable(get_options) else None
             found = (task_type, {k: v for k, v in (options or {}).items() if v is not None})
