@@ -22,6 +22,8 @@ from celery.signals import (
     worker_ready,
 )
 
+from .dbconn import forget_inherited
+from .ledger.statements import use_own_connection
 from .worker.around import install, run_delivered, run_headers
 from .worker.execute import execute
 from .worker.record import on_revoked, on_unknown
@@ -59,7 +61,11 @@ def runs_job_tasks() -> str:
 
 @worker_init.connect
 def _wrap_tasks(sender: Any = None, **info: Any) -> None:
-    """Before the consumer and the pool build their tracers: the claim around every task."""
+    """Before the consumer and the pool build their tracers: the claim around every task. And
+    the claim and the record on a connection of their own, which Celery's Django fixup does not
+    close around every task (it would cost each run a new connection). Not with green threads
+    (gevent, eventlet): each would keep a connection of its own."""
+    use_own_connection(not _green_pool(sender))
     app = getattr(sender, "app", None)
     if app is not None:
         install(app, getattr(sender, "hostname", None))
@@ -67,8 +73,17 @@ def _wrap_tasks(sender: Any = None, **info: Any) -> None:
 
 @worker_process_init.connect
 def _wrap_tasks_in_process(sender: Any = None, **info: Any) -> None:
-    """A pool process: tasks registered since ``worker_init`` get the wrapper too."""
+    """A pool process: tasks registered since ``worker_init`` get the wrapper too; connections
+    the parent made are not this process's."""
+    forget_inherited()
+    use_own_connection()  # only prefork pools start processes (a spawned one inherits nothing)
     install(execute_run.app, sender if isinstance(sender, str) else None)
+
+
+def _green_pool(worker: Any) -> bool:
+    pool = getattr(worker, "pool_cls", None)
+    name = pool if isinstance(pool, str) else f"{getattr(pool, '__module__', '')}"
+    return any(green in str(name).lower() for green in ("gevent", "eventlet"))
 
 
 @task_revoked.connect

@@ -31,9 +31,7 @@ keyword arguments.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -45,6 +43,7 @@ from django.db.models import Case, F, Q, Value, When
 from django.db.models.sql.constants import CURSOR
 from django.db.models.sql.subqueries import InsertQuery, UpdateQuery
 
+from ..dbconn import close_own_connection, own_connection, own_wrapper
 from ..dbtime import DbNow, as_utc
 from .base import HeldLease, LeaseUnavailable, OwnedLease
 
@@ -65,13 +64,6 @@ def _model() -> Any:
     return SchedulerLease
 
 
-class _PrivateConnections(threading.local):
-    wrapper: BaseDatabaseWrapper | None = None
-
-
-_private = _PrivateConnections()
-
-
 def _alias() -> str:
     return router.db_for_write(_model())
 
@@ -84,17 +76,10 @@ def private_connection(what: str) -> Iterator[BaseDatabaseWrapper]:
     the ORM hands out, so it is never inside the caller's transaction. A database error closes
     it (the next call reconnects) and surfaces as :class:`LeaseUnavailable`.
     """
-    wrapper = _private.wrapper
-    if wrapper is None or wrapper.alias != _alias():
-        wrapper = connections.create_connection(_alias())
-        _private.wrapper = wrapper
     try:
         # Kept open across calls whatever CONN_MAX_AGE says (a renewal every few seconds must
         # not reconnect each time); closed on any error, so the next call reconnects.
-        wrapper.ensure_connection()
-        if not wrapper.get_autocommit():
-            wrapper.set_autocommit(True)
-        yield wrapper
+        yield own_connection(_alias())
     except DatabaseError as exc:
         close_private_connection()
         message = f"database unreachable ({what}): {type(exc).__name__}: {exc}"
@@ -119,15 +104,12 @@ def _refuse_inside_sqlite_write_lock(what: str) -> None:
 
 def private_wrapper() -> BaseDatabaseWrapper | None:
     """This thread's lease connection, if it has made one (query counting hooks into it)."""
-    return _private.wrapper
+    return own_wrapper(_alias())
 
 
 def close_private_connection() -> None:
     """Close this thread's lease connection (threads that end call it; harmless if none)."""
-    wrapper, _private.wrapper = _private.wrapper, None
-    if wrapper is not None:
-        with contextlib.suppress(DatabaseError):
-            wrapper.close()
+    close_own_connection(_alias())
 
 
 def _run(what: str, action: Callable[[BaseDatabaseWrapper], T], *, writes: bool = True) -> T:

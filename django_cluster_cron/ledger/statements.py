@@ -29,6 +29,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Field, Model
 from django.db.models.expressions import Col
 
+from ..dbconn import close_own_connection, own_connection
 from ..dbtime import DbNow
 from ..models import WAITING_STATUSES, JobDefinition, JobRun, RunStatus
 
@@ -183,11 +184,30 @@ class _Statements:
 
 _lock = threading.Lock()
 _statements: dict[tuple[str, str], _Statements] = {}
+# Set in Celery worker processes (django_cluster_cron.tasks): the claim and the record run on a
+# connection of the thread's own (django_cluster_cron.dbconn), which Celery's Django fixup does
+# not close around each task. Elsewhere (tests, run_due in a project's tests) they run on the
+# ORM's connection, inside whatever transaction the caller holds.
+_own_connection = [False]
+
+
+def use_own_connection(on: bool = True) -> None:
+    """Run the claim and the record on the thread's own connection (a worker process)."""
+    _own_connection[0] = on
+
+
+def reset_connection() -> None:
+    """After a connection error: close the connection the statements use; the next reconnects."""
+    alias = router.db_for_write(JobRun)
+    if _own_connection[0]:
+        close_own_connection(alias)
+    else:
+        connections[alias].close()
 
 
 def _for(using: str | None = None) -> tuple[BaseDatabaseWrapper, _Statements]:
     alias = using or router.db_for_write(JobRun)
-    connection = connections[alias]
+    connection = own_connection(alias) if _own_connection[0] else connections[alias]
     key = (alias, connection.vendor)
     found = _statements.get(key)
     if found is None:

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from django.db import InterfaceError, OperationalError, connection
 
 from ..coordination import get_coordination
-from ..ledger.statements import claim_run, seconds_until_due
+from ..ledger.statements import claim_run, reset_connection, seconds_until_due
 from ..models import JobRun
 from ..ops import metrics
 
@@ -55,6 +55,7 @@ def with_fresh_connection(action: Callable[[], T]) -> T:
         return action()
     except (InterfaceError, OperationalError) as exc:
         logger.warning("run.db_reconnect error=%s", exc)
+        reset_connection()
         connection.close()
         return action()
 

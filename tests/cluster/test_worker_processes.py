@@ -175,3 +175,22 @@ def test_two_runs_of_a_skip_job_reaching_two_workers_at_once_run_one_body(cluste
     statuses = sorted(JobRun.objects.filter(job=job).values_list("status", flat=True))
     assert statuses == [RunStatus.SKIPPED, RunStatus.SUCCESS]
     assert Execution.objects.filter(label="pair").count() == 1
+
+
+def test_a_worker_does_not_open_a_database_connection_per_run(cluster):
+    # Celery's Django fixup closes the worker thread's connections around every task, whatever
+    # CONN_MAX_AGE says; the claim and the record run on a connection of their own.
+    cluster.worker("w1", TEST_LOG_DB_CONNECTIONS="1")
+    cluster.wait_ready("w1")
+    job = make_job(task="tests.add", args=[1, 2])
+    runs = [make_run(job) for _ in range(30)]
+    for run in runs:
+        publish(run)
+    wait_for(
+        lambda: JobRun.objects.filter(job=job, status=RunStatus.SUCCESS).count() == 30,
+        60,
+        "30 successes",
+    )
+    opened = cluster.log("w1").count("seen db_connection")
+    # Start-up, the run's own connection, the heartbeat thread's: a handful, not one a run.
+    assert opened <= 5, cluster.log("w1")

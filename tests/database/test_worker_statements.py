@@ -98,3 +98,34 @@ def test_the_final_record_writes_its_fields_only_while_running_at_that_attempt()
     assert stored.finished_at is not None
     assert stored.finished_at >= claimed.started_at
     assert finish_run(run.pk, 1, {"status": RunStatus.SUCCESS}) == 0  # no longer running
+
+
+@pytest.mark.django_db(transaction=True)
+def test_on_a_workers_own_connection_the_statements_outlive_djangos_and_reconnect():
+    """What a worker process does (django_cluster_cron.tasks turns it on): the claim and the
+    record on the thread's own connection, which closing Django's (Celery's fixup does, around
+    every task) leaves open; after an error the statements reconnect."""
+    from django.db import connection
+
+    from django_cluster_cron.dbconn import close_own_connection, own_wrapper
+    from django_cluster_cron.ledger.statements import reset_connection, use_own_connection
+
+    first, second = make_run(make_job()), make_run(make_job())
+    use_own_connection()
+    try:
+        assert claim_run(first.pk, first.task_id, 1, "w:1") is not None
+        own = own_wrapper(connection.alias)
+        assert own is not None
+        assert own is not connection
+        connection.close()  # what Celery's Django fixup does after each task
+        assert finish_run(first.pk, 1, {"status": RunStatus.SUCCESS}) == 1
+        assert own_wrapper(connection.alias) is own
+        assert own.connection is not None  # still the same open connection
+        reset_connection()  # after a connection error
+        assert own_wrapper(connection.alias) is None
+        assert claim_run(second.pk, second.task_id, 1, "w:1") is not None  # reconnected
+    finally:
+        use_own_connection(False)
+        close_own_connection()
+    assert JobRun.objects.get(pk=first.pk).status == RunStatus.SUCCESS
+    assert JobRun.objects.get(pk=second.pk).status == RunStatus.RUNNING

@@ -35,3 +35,23 @@ if os.environ.get("TEST_LOG_TASK_SIGNALS"):
         _seen.warning(
             "seen task_failure task=%s id=%s exception=%r", sender.name, task_id, exception
         )
+
+
+if os.environ.get("TEST_LOG_DB_CONNECTIONS"):
+    # Every database connection the worker's processes open (tests/cluster/
+    # test_worker_processes.py counts these lines).
+    import logging
+    import threading
+
+    from django.db.backends.signals import connection_created
+
+    _connections = logging.getLogger("tests.db_connections")
+
+    def _opened(sender=None, connection=None, **info):
+        _connections.warning(
+            "seen db_connection alias=%s thread=%s",
+            connection.alias,
+            threading.current_thread().name,
+        )
+
+    connection_created.connect(_opened, weak=False)
