@@ -36,7 +36,14 @@ def test_three_copies_to_two_workers_execute_the_body_once(cluster):
     wait_for(
         lambda: JobRun.objects.filter(status=RunStatus.SUCCESS).count() == 5, 60, "5 successes"
     )
-    wait_for(lambda: duplicate_deliveries() - before == 10, 30, "10 duplicates counted")
+    wait_for(
+        lambda: duplicate_deliveries() - before == 10,
+        60,
+        "10 duplicates counted",
+        detail=lambda: (
+            f"counted {duplicate_deliveries() - before}\n" + cluster.log("w1") + cluster.log("w2")
+        ),
+    )
     assert Execution.objects.filter(label="copies").count() == 5
     assert "run.duplicate_delivery" in cluster.log("w1") + cluster.log("w2")
 
