@@ -174,8 +174,17 @@ def test_failover_between_skewed_and_correct_leaders_loses_and_doubles_nothing(c
             .exclude(scheduled_for__in=never_sent)
             .exists()
         ),
-        30,
+        60,
         "every run to finish",
+        detail=lambda: (
+            "\n".join(
+                f"{run.scheduled_for:%H:%M:%S} {run.status} {run.task_id} by {run.dispatched_by} "
+                f"sent {run.publish_count}x due {run.due_at}"
+                for run in JobRun.objects.filter(job=job).exclude(status=RunStatus.SUCCESS)
+            )
+            + "\n"
+            + cluster.log("w1")[-20000:]
+        ),
     )
     labels = [f"{job.pk}@{slot.isoformat()}" for slot in slots if slot not in never_sent]
     executions = list(Execution.objects.filter(label__in=labels).values_list("label", flat=True))

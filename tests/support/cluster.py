@@ -252,8 +252,15 @@ def lease_kind() -> str:
 
 @pytest.fixture
 def cluster(
-    django_subprocess_env: dict[str, str], tmp_path: Path, settings: Any, lease_kind: str
+    django_subprocess_env: dict[str, str],
+    tmp_path: Path,
+    settings: Any,
+    lease_kind: str,
+    redis_client: Any,
 ) -> Any:
+    # redis_client empties the suite's Redis (this pytest worker's own) before the test and
+    # after its processes stopped: the broker's queues too, so that no test's workers receive
+    # messages an earlier test left behind (runs of jobs this test's database never had).
     c = Cluster(django_subprocess_env, tmp_path, lease_kind)
     # The test process reads the same keys and rows (counters, locks) as the processes it starts.
     settings.CLUSTER_CRON = {
