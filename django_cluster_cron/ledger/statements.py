@@ -225,14 +225,14 @@ def claim_run(run_id: int, task_id: str, attempt: int, worker: str) -> JobRun | 
 
 
 def seconds_until_due(run_id: int, task_id: str, attempt: int) -> float | None:
-    """How long until this claimable run is due, by the database's clock; None if it is not
-    claimable or already due (the claim lost for another reason)."""
+    """How long until this run is due, by the database's clock, if this delivery could still
+    claim it: 0 if it is due now (a claim that found it a moment early may go again at once);
+    None if it is not claimable by this delivery (another took it, or it is not this attempt's
+    message)."""
     from ..dbtime import as_utc
 
     found = (
-        JobRun.objects.filter(
-            pk=run_id, task_id=task_id, attempt=attempt, status__in=CLAIMABLE, due_at__gt=DbNow()
-        )
+        JobRun.objects.filter(pk=run_id, task_id=task_id, attempt=attempt, status__in=CLAIMABLE)
         .annotate(db_now=DbNow())
         .values_list("due_at", "db_now")
         .first()
@@ -240,7 +240,9 @@ def seconds_until_due(run_id: int, task_id: str, attempt: int) -> float | None:
     if found is None:
         return None
     due, now = found
-    return (as_utc(due) - as_utc(now)).total_seconds()
+    if due is None:
+        return 0.0
+    return max(0.0, (as_utc(due) - as_utc(now)).total_seconds())
 
 
 def finish_run(run_id: int, attempt: int, values: Mapping[str, Any]) -> int:

@@ -129,3 +129,27 @@ def test_on_a_workers_own_connection_the_statements_outlive_djangos_and_reconnec
         close_own_connection()
     assert JobRun.objects.get(pk=first.pk).status == RunStatus.SUCCESS
     assert JobRun.objects.get(pk=second.pk).status == RunStatus.RUNNING
+
+
+def test_how_long_until_due_says_now_for_a_due_run_and_nothing_for_one_taken():
+    """A delivery whose claim found its run a moment early asks how long to wait. If the run
+    became due in between, the answer is 0 (claim again), not "not yours" — which dropped the
+    message as a duplicate and left the run queued (seen on a loaded CI run: a message 2 ms
+    early)."""
+    from django.db.models import F
+
+    from django_cluster_cron.dbtime import database_now
+    from django_cluster_cron.ledger.statements import seconds_until_due
+
+    run = make_run(make_job())
+    now = database_now()
+    JobRun.objects.filter(pk=run.pk).update(due_at=now - timedelta(milliseconds=1))
+    assert seconds_until_due(run.pk, run.task_id, 1) == 0.0
+    JobRun.objects.filter(pk=run.pk).update(due_at=None)
+    assert seconds_until_due(run.pk, run.task_id, 1) == 0.0
+    JobRun.objects.filter(pk=run.pk).update(due_at=now + timedelta(seconds=30))
+    assert 25 < (seconds_until_due(run.pk, run.task_id, 1) or 0) <= 30
+    assert seconds_until_due(run.pk, run.task_id, 2) is None  # not this attempt's message
+    JobRun.objects.filter(pk=run.pk).update(due_at=F("scheduled_for"))
+    assert claim_run(run.pk, run.task_id, 1, "w:1") is not None
+    assert seconds_until_due(run.pk, run.task_id, 1) is None  # taken
