@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any, cast
 
 from django.db import connections, router, transaction
-from django.db.models import Case, F, Field, Q, QuerySet, Value, When
+from django.db.models import Case, F, Field, Max, Q, QuerySet, Value, When
 
 from ..conf import app_settings
 from ..dbtime import as_utc
@@ -237,22 +237,87 @@ def unpublished_runs(*, after: tuple[datetime, int] | None, limit: int) -> list[
     return _messages(runs, limit)
 
 
-def stale_pending(*, now: datetime, older_than: timedelta, limit: int) -> list[OutboxMessage]:
+# A queue as the outbox reasons about it: the queue a run's message went to (None: left to
+# Celery's routing) and its priority (None: the task's own). Runs of one queue and priority
+# leave the broker in the order they were sent, give or take what workers prefetched.
+QueueKey = tuple[str | None, int | None]
+
+
+def _queue_key(queue: str | None, priority: int | None) -> QueueKey:
+    return (queue or app_settings.DEFAULT_QUEUE or None, priority)
+
+
+def _in_queue(key: QueueKey) -> Q:
+    queue, priority = key
+    default = app_settings.DEFAULT_QUEUE or None
+    names = {"", queue} if queue == default else {queue}
+    in_queue = Q(job__queue__in=names - {None})
+    if priority is None:
+        return in_queue & Q(job__priority__isnull=True)
+    return in_queue & Q(job__priority=priority)
+
+
+def queue_progress(*, now: datetime, window: timedelta) -> dict[QueueKey, datetime | None]:
+    """What workers took from each queue in the last ``window``: for every queue (and priority)
+    from which a worker claimed a run since then, the latest time one of those runs was first
+    sent (None when none was recorded as sent yet). A queue missing here made no progress.
+
+    One statement, an index range on ``started_at``."""
+    claimed = (
+        JobRun.objects.filter(started_at__gte=now - window)
+        .values("job__queue", "job__priority")
+        .annotate(sent=Max("queued_at"))
+        .order_by()
+    )
+    progress: dict[QueueKey, datetime | None] = {}
+    for row in claimed:
+        key = _queue_key(row["job__queue"], row["job__priority"])
+        # '' and the default queue's name are one queue: merge their rows.
+        found = [as_utc(row["sent"])] if row["sent"] is not None else []
+        if progress.get(key) is not None:
+            found.append(progress[key])
+        progress[key] = max(found) if found else None
+    return progress
+
+
+def stale_pending(
+    *,
+    now: datetime,
+    older_than: timedelta,
+    limit: int,
+    progress: dict[QueueKey, datetime | None] | None = None,
+) -> list[OutboxMessage]:
     """Runs whose message may not be in the broker: publish them (again).
 
-    ``pending`` runs never published whose due time (or, for an operator's run, creation) is
-    older than ``older_than`` (a crash or a broker outage between commit and publish); and
-    waiting runs (``pending``, ``queued``, ``retrying``) whose ``republish_at`` has passed
-    without a worker starting them. Never a run before it is due.
+    * ``pending`` runs never published whose due time (or, for an operator's run, creation) is
+      older than ``older_than``: a crash or a broker outage between commit and publish.
+    * Waiting runs (``pending``, ``queued``, ``retrying``) whose ``republish_at`` has passed
+      without a worker starting them, and whose message shows a sign of loss. With
+      ``progress`` (:func:`queue_progress`), a run is held back while its queue is moving and
+      nothing sent after the run's ``republish_at`` has been taken from it: it is waiting its
+      turn in a backlog, not lost. It is sent again when its queue stalls (no claim in the
+      window although it waits) or when a run sent later than its ``republish_at`` was taken
+      before it (it was overtaken: its message is gone). Without ``progress``, the wait alone.
+
+    Never a run before it is due.
     """
     not_early = Q(due_at__isnull=True) | Q(due_at__lte=now)
     never_sent = Q(status=RunStatus.PENDING, publish_count=0) & (
         Q(due_at__isnull=True, created_at__lte=now - older_than) | Q(due_at__lte=now - older_than)
     )
-    stale = JobRun.objects.filter(
-        never_sent | (Q(status__in=WAITING_STATUSES, republish_at__lte=now) & not_early)
-    )
-    return _messages(stale, limit)
+    overdue = Q(status__in=WAITING_STATUSES, republish_at__lte=now) & not_early
+    for key, sent in (progress or {}).items():
+        in_line = _in_queue(key)
+        if sent is not None:
+            in_line &= Q(republish_at__gte=sent)
+        overdue &= ~in_line
+    return _messages(JobRun.objects.filter(never_sent | overdue), limit)
+
+
+def overdue_exists(now: datetime) -> bool:
+    """Whether any waiting run is past its ``republish_at`` (an index seek per status): the
+    sweep looks at the queues' progress only then."""
+    return JobRun.objects.filter(status__in=WAITING_STATUSES, republish_at__lte=now).exists()
 
 
 def oldest_pending_slot(now: datetime) -> datetime | None:

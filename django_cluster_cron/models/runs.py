@@ -147,6 +147,8 @@ class JobRun(models.Model):
             models.Index(fields=["status", "scheduled_for"], name="cluster_cron_run_status"),
             models.Index(fields=["-scheduled_for"], name="cluster_cron_run_recent"),
             models.Index(fields=["trigger", "scheduled_for"], name="cluster_cron_run_trigger"),
+            # What workers took lately, per queue: the outbox's sign of a moving backlog.
+            models.Index(fields=["started_at"], name="cluster_cron_run_started"),
         ]
 
     def __str__(self) -> str:

@@ -4,7 +4,10 @@
   its next attempt or failed, per the job's ``on_worker_lost``; retried ones are sent at once.
 * **The outbox** — a run whose message may not be in the broker is sent again: recorded and
   never sent ``OUTBOX_REPUBLISH_AFTER`` after it was due (a crash or a broker outage between
-  commit and publish), or waiting past its ``republish_at`` with no worker started.
+  commit and publish), or waiting past its ``republish_at`` with a sign that its message is
+  lost: its queue stalled (no worker took a run from it for ``OUTBOX_REPUBLISH_AFTER``), or a
+  run sent after it was taken first. A run waiting its turn in a backlog that workers are
+  draining is not sent again, however long the backlog.
 """
 
 from __future__ import annotations
@@ -75,8 +78,12 @@ class Sweeps:
         self.publisher.publish([OutboxMessage.for_run(item.run) for item in lost if item.retried])
 
     def republish_stale(self) -> None:
+        now = self.clock()
+        progress = None
+        if outbox.overdue_exists(now):  # what workers took lately tells lost from waiting
+            progress = outbox.queue_progress(now=now, window=self.republish_after)
         stale = outbox.stale_pending(
-            now=self.clock(), older_than=self.republish_after, limit=self.batch_size
+            now=now, older_than=self.republish_after, limit=self.batch_size, progress=progress
         )
         if stale:
             logger.warning("runs.republish count=%s", len(stale))
