@@ -117,14 +117,16 @@ def clear_ours() -> None:
     SchedulerLease.objects.all().delete()
 
 
-def setup_ours(n: int, cron: str) -> float:
+def setup_ours(
+    n: int, cron: str, task: str = TASK, args: list[Any] = ARGS, last: datetime | None = None
+) -> float:
     """Create N jobs (bulk, as an import would); return the seconds it took."""
     from django_cluster_cron.models import JobDefinition
     from django_cluster_cron.schedule import fire_times
 
     clear_ours()
     started = time.perf_counter()
-    last = last_run(cron)
+    last = last or last_run(cron)
     next_run = fire_times(cron, "UTC", last, 1)[0]
     JobDefinition.objects.bulk_create(
         (
@@ -132,8 +134,8 @@ def setup_ours(n: int, cron: str) -> float:
                 name=f"bench-{i}",
                 cron=cron,
                 timezone="UTC",
-                task=TASK,
-                args=ARGS,
+                task=task,
+                args=args,
                 catchup_policy="all",
                 last_scheduled_at=last,
                 next_run_at=next_run,
@@ -181,8 +183,11 @@ def clear_beat() -> None:
     PeriodicTask.objects.all()._raw_delete(PeriodicTask.objects.db)
 
 
-def setup_beat(n: int, cron: str) -> float:
-    """Create N PeriodicTasks sharing one CrontabSchedule (bulk: beat's fastest way in)."""
+def setup_beat(
+    n: int, cron: str, task: str = TASK, args: list[Any] = ARGS, last: datetime | None = None
+) -> float:
+    """Create N PeriodicTasks sharing one CrontabSchedule (bulk: beat's fastest way in); each
+    last ran at ``last`` (default: :func:`last_run`)."""
     import json
 
     from django_celery_beat.models import PeriodicTask, PeriodicTasks
@@ -190,14 +195,14 @@ def setup_beat(n: int, cron: str) -> float:
     clear_beat()
     started = time.perf_counter()
     schedule = _crontab(cron)
-    last = last_run(cron)
+    last = last or last_run(cron)
     PeriodicTask.objects.bulk_create(
         (
             PeriodicTask(
                 name=f"bench-{i}",
-                task=TASK,
+                task=task,
                 crontab=schedule,
-                args=json.dumps(ARGS),
+                args=json.dumps(args),
                 last_run_at=last,
             )
             for i in range(n)
@@ -240,7 +245,9 @@ def clear_redbeat() -> None:
         client.delete(*keys[start : start + 10_000])
 
 
-def setup_redbeat(n: int, cron: str) -> float:
+def setup_redbeat(
+    n: int, cron: str, task: str = TASK, args: list[Any] = ARGS, last: datetime | None = None
+) -> float:
     """Save N RedBeatSchedulerEntry objects: one HSET/HSETNX/ZADD pipeline each (its API)."""
     from celery.schedules import crontab
     from redbeat import RedBeatSchedulerEntry
@@ -249,11 +256,11 @@ def setup_redbeat(n: int, cron: str) -> float:
     clear_redbeat()
     minute, hour, dom, month, dow = cron.split()
     schedule = crontab(minute, hour, dow, dom, month, app=app)
-    last = last_run(cron)
+    last = last or last_run(cron)
     started = time.perf_counter()
     for i in range(n):
         RedBeatSchedulerEntry(
-            f"bench-{i}", TASK, schedule, args=ARGS, app=app, last_run_at=last
+            f"bench-{i}", task, schedule, args=args, app=app, last_run_at=last
         ).save()
     return time.perf_counter() - started
 

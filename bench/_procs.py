@@ -54,10 +54,12 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
     libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def spawn(cmd: list[str], env: dict[str, str], name: str) -> subprocess.Popen[bytes]:
+def spawn(
+    cmd: list[str], env: dict[str, str], name: str, cwd: Path = ROOT
+) -> subprocess.Popen[bytes]:
     log = open(log_dir() / f"{name}.log", "ab")  # noqa: SIM115 - the child owns it
     proc = subprocess.Popen(
-        cmd, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
+        cmd, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
     )
     log.close()
     _children.append(proc)
@@ -70,7 +72,10 @@ def start_ours(
     ttl: float | None = None,
     poll: float | None = None,
     settings: dict[str, Any] | None = None,
+    code: Path = ROOT,
 ) -> subprocess.Popen[bytes]:
+    """``run_scheduler`` from the checkout ``code`` (WARNING log), shipped defaults unless
+    ``settings`` says."""
     cmd = [sys.executable, "-m", "django", "run_scheduler", "--node-id", node]
     cmd += ["--log-level", "WARNING"]
     if ttl is not None:
@@ -78,7 +83,36 @@ def start_ours(
     if poll is not None:
         cmd += ["--poll-interval", str(poll)]
     child_env = dict(env, TEST_CLUSTER_CRON=json.dumps(settings or {}))
-    return spawn(cmd, child_env, node)
+    child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(code), env.get("PYTHONPATH")]))
+    return spawn(cmd, child_env, node, cwd=code)
+
+
+def start_worker(
+    env: dict[str, str], name: str, concurrency: int, code: Path = ROOT
+) -> subprocess.Popen[bytes]:
+    """The test app's Celery worker as a worker usually runs (prefork, INFO log), from the
+    checkout ``code``; returns once it is ready to consume."""
+    child = dict(env, PYTHONPATH=os.pathsep.join(filter(None, [str(code), env.get("PYTHONPATH")])))
+    child.setdefault("TEST_CLUSTER_CRON", "{}")
+    cmd = [sys.executable, "-m", "celery", "-A", "tests.testapp.celery:app", "worker"]
+    cmd += ["--pool=prefork", f"--concurrency={concurrency}", "--loglevel=INFO"]
+    cmd += ["--without-gossip", "--without-mingle", "--without-heartbeat", f"--hostname={name}@%h"]
+    proc = spawn(cmd, child, name, cwd=code)
+    log = log_dir() / f"{name}.log"
+    wait_until(lambda: "ready." in log.read_text(errors="replace"), 120, f"worker {name}")
+    return proc
+
+
+def wait_until(predicate: Any, timeout: float, what: str) -> Any:
+    """Poll ``predicate`` until it returns something true; exit the benchmark after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = predicate()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.2)
 
 
 def start_beat(

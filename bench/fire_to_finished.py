@@ -21,50 +21,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
 import statistics
-import subprocess
-import sys
-import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
 
-from _procs import log_dir, percentile, row, write_json
+from _procs import log_dir, percentile, row, start_ours, start_worker, stop, wait_until, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
 LEAD = 25.0  # seconds from creating the jobs to their fire time
-
-
-def wait(predicate: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = predicate()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise SystemExit(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.2)
-
-
-def start(cmd: list[str], env: dict[str, str], code: Path, name: str) -> subprocess.Popen[bytes]:
-    child = dict(env, PYTHONPATH=os.pathsep.join([str(code), env.get("PYTHONPATH", "")]))
-    child["TEST_CLUSTER_CRON"] = "{}"
-    log = open(log_dir() / f"{name}.log", "ab")  # noqa: SIM115 - the child owns it
-    proc = subprocess.Popen(cmd, env=child, cwd=code, stdout=log, stderr=subprocess.STDOUT)
-    log.close()
-    return proc
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
 
 
 def trial(env: dict[str, str], code: Path, jobs: int, concurrency: int, name: str) -> list[float]:
@@ -79,28 +43,7 @@ def trial(env: dict[str, str], code: Path, jobs: int, concurrency: int, name: st
             cursor.execute(f"DELETE FROM {model._meta.db_table}")
     flush_broker(env["REDIS_URL"])
 
-    worker_log = log_dir() / f"{name}-worker.log"
-    worker = start(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "tests.testapp.celery:app",
-            "worker",
-            "--pool=prefork",
-            f"--concurrency={concurrency}",
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-            "--loglevel=INFO",
-            f"--hostname={name}@%h",
-        ],
-        env,
-        code,
-        f"{name}-worker",
-    )
-    wait(lambda: "ready." in worker_log.read_text(errors="replace"), 120, "the worker")
+    worker = start_worker(env, f"{name}-worker", concurrency, code)
     now = datetime.now(timezone.utc)
     fire = (now + timedelta(seconds=LEAD)).replace(microsecond=0)
     cron = f"{fire.minute} {fire.hour} * * * {fire.second}"
@@ -119,24 +62,10 @@ def trial(env: dict[str, str], code: Path, jobs: int, concurrency: int, name: st
         ),
         batch_size=2000,
     )
-    leader = start(
-        [
-            sys.executable,
-            "-m",
-            "django",
-            "run_scheduler",
-            "--node-id",
-            name,
-            "--log-level",
-            "WARNING",
-        ],
-        env,
-        code,
-        f"{name}-scheduler",
-    )
+    leader = start_ours(env, f"{name}-scheduler", code=code)
     try:
         done = JobRun.objects.filter(status=RunStatus.SUCCESS)
-        wait(lambda: done.count() >= jobs, LEAD + 600, f"{jobs} runs to succeed")
+        wait_until(lambda: done.count() >= jobs, LEAD + 600, f"{jobs} runs to succeed")
         rows = done.values_list("scheduled_for", "finished_at")
         return [(finished - slot).total_seconds() for slot, finished in rows]
     finally:

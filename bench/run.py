@@ -38,6 +38,7 @@ WORKLOADS = [
     "cron_speed",
     "ops_scrape",
     "run_rows",
+    "end_to_end",
 ]
 WORKLOAD_TIMEOUT = 3 * 3600  # a stuck workload must not hang the whole run
 

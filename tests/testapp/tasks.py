@@ -29,6 +29,31 @@ def sleep(seconds: float) -> float:
     return seconds
 
 
+_stamps: list[Any] = []
+
+
+@shared_task(name="tests.stamp", bind=True)
+def stamp(self: Any, write: bool = False) -> None:
+    """The end-to-end benchmark's job (bench/end_to_end.py): note when its body started and
+    ended, as ``<task id> <start> <end>`` (wall clock) in a file of this process under
+    ``$BENCH_STAMPS``; with ``write``, one database write first (a row in the witness table)."""
+    import os
+
+    started = time.time()
+    if write:
+        from django.utils import timezone
+
+        from tests.testapp.models import Execution
+
+        Execution.objects.create(label="stamp", pid=os.getpid(), started_at=timezone.now())
+    directory = os.environ.get("BENCH_STAMPS")
+    if not directory:
+        return
+    if not _stamps:
+        _stamps.append(open(f"{directory}/{os.getpid()}.log", "a", buffering=1))  # noqa: SIM115
+    _stamps[0].write(f"{self.request.id} {started:.6f} {time.time():.6f}\n")
+
+
 def _witness(label: str, seconds: float) -> int:
     """Record one execution of a body (start, sleep, end) in the witness table; return its id."""
     import os
