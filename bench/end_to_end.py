@@ -24,13 +24,14 @@ burst sooner than the worker drains it.
 
 Also printed: executions beyond one per job (none expected from any system) and, for ours, runs
 the outbox sent more than once. A trial that has not finished within ``--cap`` seconds of its
-slot reports what had finished then.
+slot, or whose scheduler process exited, reports what had finished then.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import shutil
 import statistics
 import tempfile
@@ -94,10 +95,20 @@ def publish_bare(n: int, args: list[Any]) -> None:
             app.send_task(TASK, args=args, producer=producer)
 
 
-def wait_for_stamps(directory: Path, n: int, deadline: float) -> list[tuple[str, float, float]]:
+def wait_for_stamps(
+    directory: Path, n: int, deadline: float, scheduler: Any = None
+) -> list[tuple[str, float, float]]:
+    """Until N bodies have run, the deadline, or the scheduler process has exited and nothing
+    more has run for 10 s (it will send nothing more)."""
+    last_count, last_change = -1, time.time()
     while True:
         stamps = read_stamps(directory)
+        if len(stamps) != last_count:
+            last_count, last_change = len(stamps), time.time()
         if len(stamps) >= n or time.time() > deadline:
+            return stamps
+        exited = scheduler is not None and scheduler.poll() is not None
+        if exited and time.time() - last_change > 10:
             return stamps
         time.sleep(0.5)
 
@@ -149,7 +160,9 @@ def trial(
             ahead = (slot - datetime.now(timezone.utc)).total_seconds()
             if ahead < 5:
                 notes["late_setup_s"] = round(-ahead, 1)
-            found = wait_for_stamps(stamps, n, slot.timestamp() + cap)
+            found = wait_for_stamps(stamps, n, slot.timestamp() + cap, scheduler)
+            if scheduler.poll() is not None:
+                notes["scheduler_exited"] = f"code {scheduler.returncode}, see its log"
             if system == "ours":
                 from django_cluster_cron.models import JobRun
 
@@ -172,9 +185,11 @@ def measured(
     finished = [s[2] - zero for s in found]
     done = len(set(ids))
     if done < n:
-        notes["finished_within_cap"] = done
+        notes["finished"] = done
     if len(ids) > done:
         notes["extra_executions"] = len(ids) - done
+    if not found:
+        return dict.fromkeys(("start_p50", "start_p99", "p50", "p99", "max"), math.nan)
     return {
         "start_p50": percentile(started, 50),
         "start_p99": percentile(started, 99),
