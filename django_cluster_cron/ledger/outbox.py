@@ -273,9 +273,10 @@ def queue_progress(*, now: datetime, window: timedelta) -> dict[QueueKey, dateti
     for row in claimed:
         key = _queue_key(row["job__queue"], row["job__priority"])
         # '' and the default queue's name are one queue: merge their rows.
+        known = progress.get(key)
         found = [as_utc(row["sent"])] if row["sent"] is not None else []
-        if progress.get(key) is not None:
-            found.append(progress[key])
+        if known is not None:
+            found.append(known)
         progress[key] = max(found) if found else None
     return progress
 
@@ -317,7 +318,7 @@ def stale_pending(
 def overdue_exists(now: datetime) -> bool:
     """Whether any waiting run is past its ``republish_at`` (an index seek per status): the
     sweep looks at the queues' progress only then."""
-    return JobRun.objects.filter(status__in=WAITING_STATUSES, republish_at__lte=now).exists()
+    return bool(JobRun.objects.filter(status__in=WAITING_STATUSES, republish_at__lte=now).exists())
 
 
 def oldest_pending_slot(now: datetime) -> datetime | None:
