@@ -124,47 +124,42 @@ def test_runs_never_sent_are_sent_whatever_the_queue_does():
 def test_the_leaders_sweep_holds_a_draining_backlog_and_resends_a_stalled_one(
     make_scheduler, redis_client, settings
 ):
-    """Through the scheduler's sweep, on the database's clock and the real broker: runs waiting
-    past their re-publish time in a queue that workers are draining stay as they are; once
-    nothing is taken for the window (the broker lost them), they are sent again."""
-    wait = 0.4
-    settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "OUTBOX_REPUBLISH_AFTER": wait}
-    clock = Clock(dj_timezone.now())
-    made = [job(f"drained-{i}", cron="0 0 1 1 *") for i in range(3)]
+    """Through the scheduler's sweep and the real broker, on the scheduler's clock: runs waiting
+    past their re-publish time in a queue that a worker is draining stay as they are; once
+    nothing has been taken for the window (the broker lost them), they are sent again."""
+    wait = timedelta(seconds=0.4)
+    settings.CLUSTER_CRON = {
+        **settings.CLUSTER_CRON,
+        "OUTBOX_REPUBLISH_AFTER": wait.total_seconds(),
+    }
     now = dj_timezone.now()
+    clock = Clock(now)
     runs = [
         JobRun.objects.create(
-            job=m,
+            job=made,
             scheduled_for=now,
-            task_id=m.task_id_for(now),
+            task_id=made.task_id_for(now),
             trigger=RunTrigger.MANUAL,
             status=RunStatus.QUEUED,
             publish_count=1,
             queued_at=now,
-            republish_at=now + timedelta(seconds=wait),
+            republish_at=now + wait,
         )
-        for m in made
+        for made in [job(f"drained-{i}", cron="0 0 1 1 *") for i in range(3)]
     ]
+    waiting = JobRun.objects.filter(pk__in=[r.pk for r in runs[1:]])
     scheduler = make_scheduler("node-a", clock)
-    # Real time must pass: the runs' republish time, on the database's clock.
-    time.sleep(wait + 0.1)
-    taken(runs[0], dj_timezone.now())  # a worker is taking from the queue
-    clock.now = dj_timezone.now()
+    # Past their re-publish time, while a worker has just taken one of the queue's runs.
+    taken(runs[0], now + wait + timedelta(seconds=0.1))
+    clock.now = now + wait + timedelta(seconds=0.2)
     scheduler.step()
-    assert list(
-        JobRun.objects.filter(pk__in=[r.pk for r in runs[1:]]).values_list(
-            "publish_count", flat=True
-        )
-    ) == [1, 1]
+    assert list(waiting.values_list("publish_count", flat=True)) == [1, 1]
     assert queued_messages(redis_client) == []
-    # Real time must pass: the window with nothing taken, and the sweep's interval.
-    time.sleep(wait + 0.3)
-    clock.now = dj_timezone.now()
+    # A whole window with nothing taken.
+    clock.now = now + 3 * wait
+    # Real time must pass: the sweep's interval (half the wait, on the monotonic clock).
+    time.sleep(wait.total_seconds())
     scheduler.step()
     resent = {m["headers"]["id"] for m in queued_messages(redis_client)}
     assert resent == {r.task_id for r in runs[1:]}
-    assert sorted(
-        JobRun.objects.filter(pk__in=[r.pk for r in runs[1:]]).values_list(
-            "publish_count", flat=True
-        )
-    ) == [2, 2]
+    assert sorted(waiting.values_list("publish_count", flat=True)) == [2, 2]
