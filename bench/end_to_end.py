@@ -140,7 +140,7 @@ def trial(
                 found = wait_for_stamps(stamps, n, time.time() + cap)
             finally:
                 stop(worker)
-            return found, min(s[1] for s in found), notes
+            return found, min((s[1] for s in found), default=time.time()), notes
         worker = start_worker(child, f"{name}-worker", concurrency)
         scheduler = None
         try:
