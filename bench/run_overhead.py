@@ -7,7 +7,8 @@ Runs the same trivial task (``tests.add``) in one process, through Celery's ``ap
 broker, so only our code differs): bare, as a peer's message runs it (django-celery-beat and
 celery-redbeat publish the task itself: no claim, no ledger); as a recorded run's message, the
 job's own task with the run's headers, through the wrapper a worker installs (claim UPDATE,
-heartbeat thread start/stop, final UPDATE: what exactly-once and the run history cost), with
+heartbeat thread start/stop, final UPDATE: what exactly-once and the run history cost; on the
+process's own connection, as a worker runs them), with
 Prometheus metrics off and on (``CLUSTER_CRON["METRICS"]``; on = prometheus_client in the
 multiprocess mode a prefork worker uses); and, for comparison, as the old form
 ``django_cluster_cron.execute_run(run_id, attempt)``. Each repetition times --runs runs of each,
@@ -51,12 +52,16 @@ def measure(runs: int, reps: int) -> dict[str, list[float]]:
 
     from django_cluster_cron.celery_app import get_celery_app
     from django_cluster_cron.ledger.outbox import OutboxMessage
+    from django_cluster_cron.ledger.statements import use_own_connection
     from django_cluster_cron.models import JobDefinition, JobRun, RunTrigger
     from django_cluster_cron.tasks import execute_run
     from django_cluster_cron.worker.around import deliver_here
     from tests.testapp.tasks import add
 
     app = get_celery_app()
+    # As in a worker process: the claim and the record on the process's own connection (on
+    # PostgreSQL, as prepared statements).
+    use_own_connection()
 
     job = JobDefinition.objects.create(
         name="bench-overhead",
