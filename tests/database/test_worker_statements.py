@@ -153,3 +153,39 @@ def test_how_long_until_due_says_now_for_a_due_run_and_nothing_for_one_taken():
     JobRun.objects.filter(pk=run.pk).update(due_at=F("scheduled_for"))
     assert claim_run(run.pk, run.task_id, 1, "w:1") is not None
     assert seconds_until_due(run.pk, run.task_id, 1) is None  # taken
+
+
+@pytest.mark.django_db(transaction=True)
+def test_on_postgresql_a_workers_own_connection_prepares_both_statements_once():
+    """What makes them cheap: PostgreSQL parses and plans each once per connection. Django's
+    default cursor binds parameters on the client, where psycopg prepares nothing; this fails if
+    the statements drift back to it."""
+    from django.db import connection
+
+    from django_cluster_cron.dbconn import close_own_connection, own_wrapper
+    from django_cluster_cron.ledger.statements import use_own_connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("prepared statements: PostgreSQL")
+    runs = [make_run(make_job()) for _ in range(3)]
+    use_own_connection()
+    try:
+        for run in runs:
+            assert claim_run(run.pk, run.task_id, 1, "w:1") is not None
+            assert finish_run(run.pk, 1, {"status": RunStatus.SUCCESS}) == 1
+        own = own_wrapper(connection.alias)
+        assert own is not None
+        with own.cursor() as cursor:
+            cursor.execute(
+                "SELECT statement FROM pg_prepared_statements WHERE statement LIKE %s",
+                [f"UPDATE {connection.ops.quote_name(JobRun._meta.db_table)}%"],
+            )
+            prepared = [row[0] for row in cursor.fetchall()]
+    finally:
+        use_own_connection(False)
+        close_own_connection()
+    assert len(prepared) == 2, prepared  # the claim and the record, each prepared once
+    assert any(" RETURNING " in statement for statement in prepared)  # the claim
+    assert {run.status for run in JobRun.objects.filter(pk__in=[r.pk for r in runs])} == {
+        RunStatus.SUCCESS
+    }
