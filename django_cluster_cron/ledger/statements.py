@@ -28,6 +28,7 @@ against the ORM's in the test suite.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -43,6 +44,12 @@ from ..dbtime import DbNow
 from ..models import WAITING_STATUSES, JobDefinition, JobRun, RunStatus
 
 __all__ = ["CLAIMABLE", "claim_run", "finish_run", "seconds_until_due"]
+
+psycopg: Any
+try:  # psycopg 3: the statements can be prepared (Django also runs on psycopg2)
+    psycopg = importlib.import_module("psycopg")
+except ImportError:  # pragma: no cover - psycopg2 or another backend only
+    psycopg = None
 
 logger = logging.getLogger("django_cluster_cron.worker")
 
@@ -205,7 +212,6 @@ def _cursor(connection: BaseDatabaseWrapper) -> Any:
     parameters (what a prepared statement needs), wrapped like Django's own cursors (errors
     translated, queries logged when Django logs them). On a worker's own connection psycopg
     prepares each statement the first time it runs (see the module)."""
-    psycopg = _psycopg()
     if connection.vendor != "postgresql" or psycopg is None:
         return connection.cursor()
     connection.ensure_connection()
@@ -219,14 +225,6 @@ def _cursor(connection: BaseDatabaseWrapper) -> Any:
     if connection.queries_logged:
         return connection.make_debug_cursor(cursor)
     return connection.make_cursor(cursor)
-
-
-def _psycopg() -> Any:
-    try:
-        import psycopg
-    except ImportError:
-        return None
-    return psycopg
 
 
 def _execute(cursor: Any, sql: str, params: Sequence[Any]) -> None:

@@ -21,6 +21,7 @@ from django.db import connection, connections
 from django_cluster_cron.dbconn import close_own_connection
 from django_cluster_cron.ledger import statements
 from django_cluster_cron.models import JobRun, RunStatus
+from tests.conftest import devredis
 from tests.support.jobs import make_job, make_run
 from tests.support.waiting import wait_for
 
@@ -35,12 +36,6 @@ pytestmark = [
         PGBOUNCER is None, reason="Debian's pgbouncer is not installed (.ci/run installs it)"
     ),
 ]
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _accepts(port: int) -> bool:
@@ -59,7 +54,7 @@ def pooler() -> Iterator[int]:
     settings = connection.settings_dict
     home = Path(tempfile.mkdtemp(prefix="dcc-pgbouncer-"))
     home.chmod(0o777)  # PgBouncer refuses root: as root it runs as nobody and writes here
-    port = _free_port()
+    port = devredis.free_port()
     user = settings["USER"] or "postgres"
     (home / "users.txt").write_text(f'"{user}" ""\n')
     (home / "pgbouncer.ini").write_text(
