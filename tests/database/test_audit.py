@@ -32,7 +32,7 @@ def _own_prefix(settings):
 def make_job(**fields) -> JobDefinition:
     job = JobDefinition(
         **{
-            "name": f"job-{uuid.uuid4().hex[:6]}",
+            "name": f"job-{uuid.uuid4().hex}",
             "cron": "30 2 * * *",
             "timezone": "Europe/Berlin",
             "task": "tests.add",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 import re
 import threading
 import uuid
@@ -28,6 +29,9 @@ RUNS = reverse("admin:django_cluster_cron_jobrun_changelist")
 CLUSTER = reverse("admin:django_cluster_cron_clusterstatus_changelist")
 
 
+_job_numbers = itertools.count(1)
+
+
 def make_job(name=None, **fields):
     values = {
         "cron": "*/5 * * * *",
@@ -36,7 +40,7 @@ def make_job(name=None, **fields):
         "args": [1, 2],
     }
     values.update(fields)
-    job = JobDefinition(name=name or f"job-{uuid.uuid4().hex[:6]}", **values)
+    job = JobDefinition(name=name or f"job-{next(_job_numbers)}", **values)
     job.full_clean()
     job.save()
     return job
