@@ -19,13 +19,16 @@ from django.core.exceptions import ImproperlyConfigured, ValidationError
 
 from .celery_app import private_task_reason, registered_task_names
 from .conf import app_settings
-from .core.cron import CronSchedule, validate_cron, validate_timezone
+from .core.cron import CronSchedule, seconds_first_habit, validate_cron, validate_timezone
 from .core.errors import ScheduleError
 from .core.overlap import OverlapPolicy
 
 LIVE_NAME_TAKEN = "A job with this name already exists."
 MAX_JITTER = 3600  # seconds
 MAX_JSON_BYTES = 64 * 1024
+# Arguments nest lists and objects at most this deep (real ones nest a few levels; far deeper
+# ones break JSON encoders that recurse, in this process or in a worker's).
+MAX_JSON_DEPTH = 64
 MAX_SLOTS_IN_WINDOW = 10_000
 _TASK_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*([.:\-][A-Za-z0-9_]+)*$")
 _QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:\-]+$")
@@ -36,10 +39,14 @@ def _raise(exc: ScheduleError) -> ValidationError:
 
 
 def clean_cron(value: str) -> None:
+    """A valid expression in our dialect, not one that looks written seconds-first."""
     try:
         validate_cron(value)
     except ScheduleError as exc:
         raise _raise(exc) from None
+    habit = seconds_first_habit(value)
+    if habit:
+        raise ValidationError(habit, code="seconds_first")
 
 
 def clean_timezone(value: str) -> None:
@@ -109,6 +116,13 @@ def clean_kwargs(value: object) -> None:
 
 
 def _check_size(what: str, value: object) -> None:
+    depth = _json_depth(value)
+    if depth > MAX_JSON_DEPTH:
+        raise ValidationError(
+            f"{what} nest lists and objects more than {MAX_JSON_DEPTH} levels deep; "
+            "flatten them, or pass an id and load the data inside the task.",
+            code="too_deep",
+        )
     size = _json_size(value)
     if size > MAX_JSON_BYTES:
         raise ValidationError(
@@ -118,11 +132,38 @@ def _check_size(what: str, value: object) -> None:
         )
 
 
+def _json_depth(value: object) -> int:
+    """How deeply lists and objects nest in ``value`` (a scalar is 0), without recursion; stops
+    counting once past the limit."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, Mapping):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, depth)
+        if deepest > MAX_JSON_DEPTH:
+            return deepest
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
 def _json_type(value: object) -> str:
-    names = {str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
+    """What JSON calls the value's type (a form's parsed string is a ``str`` subclass)."""
     if isinstance(value, Mapping):
         return "object"
-    return names.get(type(value), type(value).__name__)
+    if isinstance(value, list | tuple):
+        return "list"
+    if value is None:
+        return "null"
+    for kind, name in ((bool, "boolean"), (str, "string"), (int | float, "number")):
+        if isinstance(value, kind):
+            return name
+    return type(value).__name__
 
 
 def clean_queue(value: str) -> None:

@@ -9,12 +9,13 @@ from typing import Any, cast
 
 from django import forms
 from django.core.exceptions import ImproperlyConfigured, ValidationError
+from django.forms.fields import InvalidJSONInput
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from ..celery_app import registered_task_names
 from ..core.catchup import PLAIN
-from ..core.cron import CronSchedule
+from ..core.cron import CronSchedule, seconds_first_habit
 from ..core.errors import ScheduleError
 from ..core.timezones import available_timezones
 from ..core.timing import SlotTiming
@@ -53,6 +54,9 @@ def preview_html(cron: str, zone: str, now: datetime, timing: SlotTiming = PLAIN
         for slot, due in upcoming
     )
     notes = []
+    habit = seconds_first_habit(cron)
+    if habit:
+        notes.append(habit)
     if timing.start_at and timing.start_at > now:
         notes.append(f"Starts {timing.start_at.astimezone(schedule.zone):%Y-%m-%d %H:%M:%S %Z}.")
     if timing.end_at:
@@ -131,6 +135,12 @@ class JSONText(forms.JSONField):
         if isinstance(value, str) and value.strip() and not self.disabled:
             try:
                 json.loads(value)
+            except RecursionError:
+                raise ValidationError(
+                    "Not valid here: lists and objects nest too deeply to read. Write %(example)s.",
+                    code="too_deep",
+                    params={"example": self.example},
+                ) from None
             except json.JSONDecodeError as exc:
                 where = (
                     f"line {exc.lineno}, column {exc.colno}"
@@ -149,6 +159,12 @@ class JSONText(forms.JSONField):
                     },
                 ) from None
         return super().to_python(value)
+
+    def bound_data(self, data: Any, initial: Any) -> Any:
+        try:
+            return super().bound_data(data, initial)
+        except RecursionError:  # shown again as typed, with the error above
+            return InvalidJSONInput(data)
 
 
 class JobDefinitionForm(forms.ModelForm):  # type: ignore[type-arg]

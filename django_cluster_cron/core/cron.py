@@ -31,7 +31,7 @@ from datetime import datetime, timedelta, tzinfo
 
 from .dialect import ALIASES, MAX_EXPRESSION_LENGTH, CronFields
 from .errors import ScheduleError
-from .parsing import normalize, parse
+from .parsing import normalize, parse, seconds_first_habit
 from .timezones import (
     UTC,
     gap_end,
@@ -49,6 +49,7 @@ __all__ = [
     "CronSchedule",
     "fire_times",
     "normalize",
+    "seconds_first_habit",
     "validate_cron",
     "validate_timezone",
 ]

@@ -46,6 +46,37 @@ def parse(expression: object) -> CronFields:
     return _parse(expression)[1]
 
 
+def seconds_first_habit(expression: object) -> str | None:
+    """Why a valid six-field ``expression`` looks written seconds-first, or None.
+
+    Here the seconds are the sixth field; Quartz and Spring put them first. Written their way,
+    ``*/15 * * * * *`` (every 15 seconds there) reads here as every second of minutes 0, 15, 30
+    and 45. An expression whose seconds field is ``*`` while another field is not fires 60
+    times in a row in each minute it matches, which is almost always that mistake; ``0-59``
+    says the same seconds on purpose. ``* * * * * *`` (every second) is left alone.
+    """
+    try:
+        written = normalize(expression)
+    except ScheduleError:
+        return None
+    if len(written) != 6 or written[5] != "*" or all(f == "*" for f in written[:5]):
+        return None
+    shown = " ".join(written)
+    rotated = " ".join((*written[1:], written[0]))
+    try:
+        normalize(rotated)
+    except ScheduleError:
+        meant = ""
+    else:
+        meant = f" If you meant their order, write {rotated!r}."
+    return (
+        f"{shown!r} fires on every second of each minute it matches (60 runs a minute): the "
+        "sixth field is the seconds, last (minute hour day-of-month month day-of-week second), "
+        f"where Quartz and Spring put the seconds first.{meant} To fire on every second of "
+        "those minutes on purpose, write the seconds as 0-59."
+    )
+
+
 def _parse(expression: object) -> tuple[tuple[str, ...], CronFields]:
     written = _split(expression)
     fields = tuple(part.lower() for part in written)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, cast
@@ -398,12 +398,25 @@ class JobDefinition(models.Model):
 
     # -- validation ------------------------------------------------------------------------
 
+    # Fields full_clean() was told not to check (a form's fields that failed already).
+    _clean_exclude: frozenset[str] = frozenset()
+
+    def full_clean(self, exclude: Iterable[str] | None = None, *args: Any, **kwargs: Any) -> None:
+        self._clean_exclude = frozenset(exclude or ())
+        try:
+            super().full_clean(set(self._clean_exclude), *args, **kwargs)
+        finally:
+            self._clean_exclude = frozenset()
+
     def clean(self) -> None:
         errors = validation.definition_errors(self, timezone.now())
         try:
             self.check_live_name()
         except ValidationError as exc:
             errors = {"name": [exc], **errors}
+        # A field left out of the check (the form refused its input) holds no value worth
+        # judging: its own error is the one to show, not "empty" for what was never set.
+        errors = {name: found for name, found in errors.items() if name not in self._clean_exclude}
         if errors:
             raise ValidationError(errors)
 

@@ -31,7 +31,7 @@ MINUTES_ONLY = re.compile(r"(?<![\d:])\d{1,2}:\d\d(?![:\d])")
 def realistic_jobs() -> JobDefinition:
     """Names, tasks and worker ids as long as real projects have them; 20 runs each."""
     now = timezone.now().replace(microsecond=0)
-    crons = ["*/5 * * * * *", "0 9 * * 1-5", "30 2 * * *", "15,45 8-18 * * mon-fri", "0 0 1 * *"]
+    crons = ["* * * * * */5", "0 9 * * 1-5", "30 2 * * *", "15,45 8-18 * * mon-fri", "0 0 1 * *"]
     zones = ["Europe/Berlin", "America/Los_Angeles", "Asia/Kolkata", "UTC", "Australia/Sydney"]
     first = None
     for i in range(8):

@@ -63,7 +63,7 @@ def test_every_counter_agrees_with_the_ledger(cluster):
     steady = make("steady", cron="* * * * * *", task="tests.add", args=[1, 2], end_at=end)
     failing = make(
         "failing",
-        cron="*/2 * * * * *",
+        cron="* * * * * */2",
         task="tests.fail",
         max_retries=1,
         retry_backoff=0.2,

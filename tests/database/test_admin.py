@@ -75,6 +75,11 @@ def test_a_valid_job_is_created_with_its_next_run(admin_client):
         ("args", "['a']", "JSON strings take double quotes. Write a list, such as [1, "),
         ("kwargs", '{"a": 1,\n "b"}', "Not valid JSON: expecting ':' delimiter at line 2, column"),
         ("kwargs", "[]", "must be a JSON object"),
+        ("args", '"abc"', "not a JSON string."),
+        ("args", "[" * 70 + "]" * 70, "more than 64 levels deep"),
+        ("kwargs", '{"a": ' + "[" * 5000 + "]" * 5000 + "}", "nest too deeply to read"),
+        ("cron", "*/15 * * * * *", "If you meant their order, write '* * * * * */15'"),
+        ("cron", "0 */15 * * * *", "Quartz and Spring put the seconds first"),
         ("catchup_policy", "sometimes", "Select a valid choice"),
         ("catchup_window", "banana", "Enter a valid duration"),
         ("soft_time_limit", "100", "must be below the hard limit"),
@@ -88,6 +93,24 @@ def test_bad_input_shows_a_clear_error_on_its_field(admin_client, field, value, 
     assert any(words in e for e in errors), errors
     assert words.split("'")[0] in response.content.decode()
     assert not JobDefinition.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [("", "This field is required."), ("1 " * 150, "at most 200 characters")],
+)
+def test_a_cron_the_form_refuses_gets_that_error_alone(admin_client, value, words):
+    response = post(admin_client, cron=value)
+    errors = field_errors(response, "cron")
+    assert len(errors) == 1, errors
+    assert words in errors[0]
+    assert "Cron expression is empty" not in response.content.decode()
+
+
+def test_every_second_of_whole_minutes_is_taken_when_written_as_0_59(admin_client):
+    response = post(admin_client, cron="*/15 * * * * 0-59")
+    assert response.status_code == 302
+    assert JobDefinition.objects.get().cron == "*/15 * * * * 0-59"
 
 
 def test_the_change_page_previews_the_next_ten_runs_in_the_job_zone(admin_client):

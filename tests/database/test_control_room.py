@@ -482,6 +482,14 @@ def test_the_preview_shows_the_next_ten_runs_of_an_unsaved_schedule(admin_client
     assert not JobDefinition.objects.exists()
 
 
+def test_the_preview_warns_of_seconds_written_first_above_its_runs(admin_client):
+    html = admin_client.get(PREVIEW, {"cron": "*/15 * * * * *", "timezone": "UTC"}).content
+    text = html.decode()
+    assert "Quartz and Spring put the seconds first" in text
+    assert "write &#x27;* * * * * */15&#x27;" in text
+    assert text.count("<tr><td>") == 10
+
+
 def test_the_preview_explains_a_bad_expression_or_zone_escaped(admin_client):
     bad = admin_client.get(PREVIEW, {"cron": "61 * * * *", "timezone": "UTC"}).content.decode()
     assert "No preview: minute field: &#x27;61&#x27; — 61 is out of range 0-59" in bad
