@@ -1,5 +1,9 @@
 """System checks with stable ids (``cluster_cron.E001`` …) for bad settings.
 
+A bad job declared in code is a warning, not an error: an error stops every command that runs
+the checks (run_scheduler, migrate, sync_jobs), so one typo would stop every job. The sync leaves
+that declaration out and syncs the others.
+
 | id                    | problem                                                            |
 |-----------------------|--------------------------------------------------------------------|
 | cluster_cron.E001     | ``CLUSTER_CRON`` is not a dict                                     |
@@ -9,8 +13,8 @@
 | cluster_cron.E004     | Redis lease: ``REDIS_ALIAS`` names no entry of ``CACHES``           |
 | cluster_cron.E005     | Redis lease: the ``REDIS_ALIAS`` cache is not a django-redis cache |
 | cluster_cron.W003     | ``LEASE_BACKEND`` is ``"memory"``: leases exclude one process only |
-| cluster_cron.E008     | a job declared in code cannot be read (unknown key, twice declared) |
-| cluster_cron.E009     | a job declared in code is invalid (the field and the model's words)|
+| cluster_cron.W004     | a job declared in code cannot be read (unknown key, twice declared) |
+| cluster_cron.W005     | a job declared in code is invalid (the field and the model's words)|
 | cluster_cron.E006     | ``CELERY_APP`` cannot be imported or is not a Celery app           |
 | cluster_cron.W002     | no Celery app is configured (``celery.current_app`` is the default)|
 | cluster_cron.E007     | ``USE_TZ`` is False                                                |
@@ -150,23 +154,23 @@ def _check_celery_app() -> list[CheckMessage]:
 
 
 def _check_declarations() -> list[CheckMessage]:
-    """Jobs declared in code, validated as the admin validates a job: E008 if one cannot be
-    read, E009 per invalid field, naming the job, where it is declared and the field."""
-    from .declared import DeclarationError, declarations
+    """Jobs declared in code, validated as the admin validates a job: a warning per problem
+    (W004 if the declaration cannot be read, W005 per invalid field), naming the job, where it
+    is declared and the field. Warnings: the sync leaves the job out and the others run."""
+    from .declared import collect
 
-    try:
-        declared = declarations()
-    except DeclarationError as exc:
-        return [Error(str(exc), id="cluster_cron.E008")]
+    hint = (
+        "Fix the declaration. Until then sync_jobs leaves this job out (a job synced before "
+        "keeps its last synced definition); the others are synced."
+    )
     found: list[CheckMessage] = []
-    for declaration in declared:
-        for field_name, problems in sorted(declaration.errors().items()):
-            found.append(
-                Error(
-                    f"Declared job {declaration.name!r} ({declaration.origin}): {field_name}: "
-                    + " ".join(problems),
-                    hint="Fix the declaration; sync_jobs refuses invalid jobs.",
-                    id="cluster_cron.E009",
-                )
+    for rejected in collect().rejected:
+        for field_name, problem in rejected.problems:
+            text = f"Declared job {rejected.name!r} ({rejected.origin}): " + (
+                f"{field_name}: {problem}" if field_name else problem
             )
+            if rejected.unreadable:
+                found.append(Warning(text, hint=hint, id="cluster_cron.W004"))
+            else:
+                found.append(Warning(text, hint=hint, id="cluster_cron.W005"))
     return found

@@ -86,10 +86,10 @@ def _optional_port(value: object) -> int | None:
     return value
 
 
-def _jobs(value: object) -> dict[str, Any]:
-    if not isinstance(value, Mapping) or not all(isinstance(k, str) and k for k in value):
-        raise ValueError("a dict of job name -> job fields, like CELERY_BEAT_SCHEDULE")
-    return dict(value)
+def _jobs(value: object) -> Any:
+    """Taken as it is: each entry is read and checked on its own (``declared.reading``), so that
+    one bad entry is reported on that entry and never stops the others (nor the scheduler)."""
+    return dict(value) if isinstance(value, Mapping) else value
 
 
 def _optional_version(value: object) -> int | None:
@@ -393,9 +393,9 @@ class ClusterCronSettings:
         return timedelta(seconds=self.get("RUN_LOST_AFTER"))
 
     @property
-    def JOBS(self) -> dict[str, Any]:
-        value: dict[str, Any] = self.get("JOBS")
-        return value
+    def JOBS(self) -> Any:
+        """A dict of job name -> fields when well formed; anything else is reported per entry."""
+        return self.get("JOBS")
 
     @property
     def JOBS_VERSION(self) -> int | None:

@@ -12,6 +12,7 @@ from django.urls import reverse
 
 from ..models import ClusterStatus
 from ..ops.status import cluster_status, force_release_lock
+from .declared import left_out
 from .display import COLOURS, badge
 
 
@@ -53,6 +54,7 @@ class ClusterStatusAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             "status": status,
             "runs_last_hour": runs,
             "can_force_release": self.can_force_release(request),
+            "declared_left_out": left_out(),
         }
         return TemplateResponse(request, "admin/django_cluster_cron/cluster_status.html", context)
 

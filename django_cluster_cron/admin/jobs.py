@@ -21,6 +21,7 @@ from ..declared import CODE_FIELDS
 from ..describe import describe
 from ..models import JobDefinition, JobRun, RunStatus
 from .charts import run_timeline
+from .declared import left_out, left_out_note
 from .display import (
     RECENT_RUNS,
     ahead_due_by_job,
@@ -185,6 +186,11 @@ class JobDefinitionAdmin(JobOperations):
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return JobChangeList
 
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
+        # Declarations the sync leaves out have no row (or an old one): say so above the list.
+        context = {**(extra_context or {}), "declared_left_out": left_out()}
+        return super().changelist_view(request, context)
+
     def get_form(
         self, request: HttpRequest, obj: Any | None = None, change: bool = False, **kwargs: Any
     ) -> Any:
@@ -208,6 +214,7 @@ class JobDefinitionAdmin(JobOperations):
             return (
                 f"code, at {job.code_origin}: the schedule, the task and the options are "
                 "changed there and synced (manage.py sync_jobs, or migrate)"
+                + left_out_note(job.name)
             )
         return "the admin (or the API)"
 

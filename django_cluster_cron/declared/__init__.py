@@ -24,87 +24,53 @@ Two ways, which may be mixed:
           },
       }}
 
-A declaration is validated exactly like the admin's form (the model's ``full_clean()``); the
-system checks report its errors at ``manage.py check`` with the job's name and the field. Jobs
-reach the database through :mod:`django_cluster_cron.declared.sync` (``manage.py sync_jobs``, and
-after ``migrate``).
+A declaration is validated exactly like the admin's form (the model's ``full_clean()``). One that
+is invalid or cannot be read is *left out*, never a reason to stop: :func:`collect` returns it as
+:class:`Rejected` beside the valid ones, the system checks warn about it, the sync skips it (its
+row, if an earlier release synced it, keeps what was synced then), and every other job goes on.
+Jobs reach the database through :mod:`django_cluster_cron.declared.sync` (``manage.py
+sync_jobs``, and after ``migrate``).
 """
 
 from __future__ import annotations
 
-import hashlib
 import inspect
-import json
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any, TypeVar
 
-from ..models.fields import DEFINITION_FIELDS
+from .declaration import (
+    CODE_FIELDS,
+    SETTINGS_ORIGIN,
+    Declaration,
+    DeclarationError,
+    Declared,
+    Rejected,
+    problems_of,
+    values_of,
+)
 
-__all__ = ["CODE_FIELDS", "Declaration", "DeclarationError", "cron", "declarations"]
-
-# The fields code owns (the model's DEFINITION_FIELDS): the admin shows them read-only on a
-# declared job. Operators keep enabled/pause_note (pause, resume) and the actions.
-CODE_FIELDS = DEFINITION_FIELDS
-# What the "options" of a CELERY_BEAT_SCHEDULE-style entry may carry.
-OPTION_FIELDS = ("queue", "priority", "expires")
-SETTINGS_ORIGIN = "settings CLUSTER_CRON['JOBS']"
+__all__ = [
+    "CODE_FIELDS",
+    "SETTINGS_ORIGIN",
+    "Declaration",
+    "DeclarationError",
+    "Declared",
+    "Rejected",
+    "collect",
+    "cron",
+    "declarations",
+]
 
 T = TypeVar("T")
-
-
-class DeclarationError(Exception):
-    """A declaration that cannot even be read (an unknown key, a schedule of the wrong type)."""
-
-
-@dataclass(frozen=True)
-class Declaration:
-    """One job as code declares it: its name, the fields code owns, and where it was written."""
-
-    name: str
-    origin: str
-    values: Mapping[str, Any] = field(default_factory=dict)
-
-    def job(self) -> Any:
-        """An unsaved JobDefinition with these values (the model's defaults for the rest)."""
-        from ..models import JobDefinition
-
-        return JobDefinition(name=self.name, **dict(self.values))
-
-    def errors(self) -> dict[str, list[str]]:
-        """What ``full_clean()`` says of it, per field (empty when valid)."""
-        from django.core.exceptions import ValidationError
-
-        job = self.job()
-        # The live-name uniqueness is sync's business (a declared job updates its own row), and
-        # this runs at `manage.py check`, maybe before the tables exist.
-        job.check_name_in_database = False
-        try:
-            job.full_clean(validate_constraints=False)
-        except ValidationError as exc:
-            return dict(exc.message_dict)
-        return {}
-
-    def digest(self) -> str:
-        return hashlib.sha256(_canonical({"name": self.name, **self.values}).encode()).hexdigest()
-
-
-def _canonical(value: Any) -> str:
-    def default(obj: Any) -> Any:
-        if isinstance(obj, timedelta):
-            return obj.total_seconds()
-        return str(obj)
-
-    return json.dumps(value, sort_keys=True, default=default)
 
 
 # -- the decorator ------------------------------------------------------------------------------
 
 _lock = threading.Lock()
-_decorated: dict[str, Declaration] = {}
-_duplicates: list[str] = []
+# name -> origin -> what was declared there (a Rejected when it could not be read). Two origins
+# for one name is a name declared twice. The same origin again (a module imported anew) replaces.
+_decorated: dict[str, dict[str, Declaration | Rejected]] = {}
 
 
 def cron(
@@ -121,30 +87,31 @@ def cron(
     Put it above ``@shared_task``/``@app.task`` (it reads the task's registered name), or above a
     plain function that a task decorator turns into ``module.function``. ``name`` defaults to the
     task's name. Other keywords are job fields: ``max_retries``, ``queue``, ``catchup_policy``...
+    A keyword that is no job field does not break the module's import: the job is left out and
+    the system checks and ``sync_jobs`` say why.
     """
 
     def register(target: T) -> T:
         task_name = getattr(target, "name", None) or _default_task_name(target)
         origin = _origin(target)
-        values = _values(
-            {
-                "cron": schedule,
-                "timezone": timezone,
-                "task": task_name,
-                "args": list(args),
-                "kwargs": dict(kwargs or {}),
-                **fields,
-            },
-            f"@cron on {task_name} ({origin})",
-        )
-        declaration = Declaration(name=name or task_name, origin=origin, values=values)
+        job_name = name or task_name
+        declared: Declaration | Rejected
+        try:
+            values = values_of(
+                {
+                    "cron": schedule,
+                    "timezone": timezone,
+                    "task": task_name,
+                    "args": list(args),
+                    "kwargs": dict(kwargs or {}),
+                    **fields,
+                }
+            )
+            declared = Declaration(name=job_name, origin=origin, values=values)
+        except DeclarationError as exc:
+            declared = Rejected(job_name, origin, ((exc.field, exc.message),), unreadable=True)
         with _lock:
-            previous = _decorated.get(declaration.name)
-            if previous is not None and previous.origin != origin:
-                _duplicates.append(
-                    f"job {declaration.name!r} is declared twice: at {previous.origin} and {origin}"
-                )
-            _decorated[declaration.name] = declaration
+            _decorated.setdefault(job_name, {})[origin] = declared
         return target
 
     return register
@@ -165,92 +132,59 @@ def _origin(target: Any) -> str:
     return f"{module}:{line}" if line else module
 
 
-# -- settings -----------------------------------------------------------------------------------
+# -- all of them --------------------------------------------------------------------------------
 
 
-def schedule_text(schedule: Any, where: str) -> str:
-    """A cron string, or one from a celery ``crontab()`` (the fields it was built with)."""
-    if isinstance(schedule, str):
-        return schedule
-    if all(hasattr(schedule, f"_orig_{part}") for part in ("minute", "hour")):
-        parts = ("minute", "hour", "day_of_month", "month_of_year", "day_of_week")
-        return " ".join(str(getattr(schedule, f"_orig_{part}")) for part in parts)
-    raise DeclarationError(
-        f"{where}: 'schedule' must be a cron expression such as '0 3 * * *' (or a celery "
-        f"crontab()), not {type(schedule).__name__}; intervals: see import_celery_beat "
-        "--from-settings"
-    )
+def collect(*, import_tasks: bool = True) -> Declared:
+    """Every declaration, settings and decorators, each checked as the admin checks a job: the
+    valid ones (sorted by name) and the ones left out, with why. Never raises for a bad
+    declaration: one typo must not stop the other jobs."""
+    from .reading import from_settings
 
-
-def _values(raw: Mapping[str, Any], where: str) -> dict[str, Any]:
-    from ..models import JobDefinition
-
-    known = {f.name for f in JobDefinition._meta.get_fields()}
-    values: dict[str, Any] = {}
-    for key, value in raw.items():
-        if key not in CODE_FIELDS:
-            hint = (
-                "operators own it (pause and resume in the admin or the API)"
-                if key in known
-                else "not a job field"
-            )
-            raise DeclarationError(f"{where}: {key!r} cannot be declared: {hint}")
-        values[key] = value
-    window = values.get("catchup_window")
-    if isinstance(window, (int, float)) and not isinstance(window, bool):
-        values["catchup_window"] = timedelta(seconds=window)
-    return values
-
-
-def from_settings() -> list[Declaration]:
-    from ..conf import app_settings
-
-    found = []
-    for name, entry in (app_settings.JOBS or {}).items():
-        where = f"{SETTINGS_ORIGIN}[{name!r}]"
-        if not isinstance(entry, Mapping):
-            raise DeclarationError(f"{where}: must be a dict of job fields")
-        entry = dict(entry)
-        if "schedule" not in entry or "task" not in entry:
-            raise DeclarationError(f"{where}: needs at least 'task' and 'schedule'")
-        entry["cron"] = schedule_text(entry.pop("schedule"), where)
-        options = entry.pop("options", None) or {}
-        if not isinstance(options, Mapping):
-            raise DeclarationError(f"{where}: 'options' must be a dict")
-        for key, value in options.items():
-            if key not in OPTION_FIELDS:
-                raise DeclarationError(
-                    f"{where}: option {key!r} is not supported (only {', '.join(OPTION_FIELDS)})"
-                )
-            entry[key] = value
-        found.append(Declaration(name=str(name), origin=where, values=_values(entry, where)))
-    return found
-
-
-def declarations(*, import_tasks: bool = True) -> list[Declaration]:
-    """Every declared job: settings, then decorators (sorted by name). Raises
-    :class:`DeclarationError` for a declaration that cannot be read or a name declared twice."""
     if import_tasks:
         from ..celery_app import import_task_modules
 
         import_task_modules()
-    found = from_settings()
-    names = {d.name for d in found}
+    found, rejected, readable = from_settings()
+    rejected = list(rejected)
+    in_settings = {d.name: d.origin for d in found} | {r.name: r.origin for r in rejected}
     with _lock:
-        if _duplicates:
-            raise DeclarationError(_duplicates[0])
-        for declaration in _decorated.values():
-            if declaration.name in names:
-                raise DeclarationError(
-                    f"job {declaration.name!r} is declared twice: in {SETTINGS_ORIGIN} and at "
-                    f"{declaration.origin}"
-                )
-            found.append(declaration)
-    return sorted(found, key=lambda d: d.name)
+        decorated = {job: dict(by_origin) for job, by_origin in _decorated.items()}
+    candidates = list(found)
+    for job_name, by_origin in decorated.items():
+        origins = sorted(by_origin)
+        if job_name in in_settings:
+            origins.insert(0, in_settings[job_name])
+            candidates = [d for d in candidates if d.name != job_name]
+            rejected = [r for r in rejected if r.name != job_name]
+        if len(origins) > 1:
+            where = " and ".join(origins)
+            twice = f"declared {len(origins)} times: at {where}; keep one"
+            rejected.append(Rejected(job_name, origins[0], (("name", twice),), unreadable=True))
+            continue
+        [declared] = by_origin.values()
+        if isinstance(declared, Rejected):
+            rejected.append(declared)
+        else:
+            candidates.append(declared)
+    result = Declared(settings_readable=readable)
+    for declaration in candidates:
+        errors = declaration.errors()
+        if errors:
+            rejected.append(Rejected(declaration.name, declaration.origin, problems_of(errors)))
+        else:
+            result.valid.append(declaration)
+    result.valid.sort(key=lambda d: d.name)
+    result.rejected = sorted(rejected, key=lambda r: (r.name, r.origin))
+    return result
+
+
+def declarations(*, import_tasks: bool = True) -> list[Declaration]:
+    """The valid declarations, sorted by name (see :func:`collect` for the ones left out)."""
+    return collect(import_tasks=import_tasks).valid
 
 
 def forget_decorated() -> None:
     """Drop every ``@cron`` registration (tests)."""
     with _lock:
         _decorated.clear()
-        _duplicates.clear()

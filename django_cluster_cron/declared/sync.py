@@ -8,6 +8,11 @@ admin with a declared job's name is a **conflict**: reported, left alone (rename
 Operators keep pausing and resuming declared jobs: sync never touches ``enabled`` except for
 jobs it disabled itself.
 
+A declaration that is invalid or cannot be read is **left out** (``invalid``, logged as
+``declared.invalid``) and the others are synced. Its row, if an earlier release synced it, stays
+exactly as last synced: not updated, not disabled, so a typo in a deploy stops no job that ran
+before it. Its name still counts as declared: the job is not taken for one removed from code.
+
 Many hosts may sync at once (``migrate`` in several release jobs, ``sync_jobs`` by hand): the
 sync takes the ``JobSync`` row's lock first, so they run one after another; and with
 ``CLUSTER_CRON["JOBS_VERSION"]`` set, a release older than the last one applied is skipped, so
@@ -27,7 +32,7 @@ from .. import audit
 from ..conf import app_settings
 from ..dbtime import database_now
 from ..models import JobDefinition, JobSync
-from . import CODE_FIELDS, Declaration, declarations
+from . import CODE_FIELDS, SETTINGS_ORIGIN, Declaration, Declared, Rejected, collect
 
 logger = logging.getLogger("django_cluster_cron.sync")
 
@@ -63,17 +68,13 @@ class SyncResult:
         return sum(1 for change in self.changes if change.action == action)
 
 
-def plan(declared: Sequence[Declaration]) -> list[Change]:
+def plan(declared: Declared) -> list[Change]:
     """What a sync would do, from the declarations and the rows as they are now."""
-    by_name = {d.name: d for d in declared}
-    rows = {job.name: job for job in JobDefinition.objects.filter(name__in=list(by_name))}
-    changes = []
-    for declaration in declared:
-        errors = declaration.errors()
-        if errors:
-            problems = "; ".join(f"{k}: {' '.join(v)}" for k, v in sorted(errors.items()))
-            changes.append(Change("invalid", declaration.name, declaration.origin, reason=problems))
-            continue
+    by_name = {d.name: d for d in declared.valid}
+    left_out = declared.left_out()
+    rows = {job.name: job for job in JobDefinition.objects.filter(name__in=[*by_name, *left_out])}
+    changes = [_left_out(rejected, rows.get(rejected.name)) for rejected in declared.rejected]
+    for declaration in declared.valid:
         row = rows.get(declaration.name)
         if row is None:
             changes.append(Change("create", declaration.name, declaration.origin))
@@ -101,16 +102,32 @@ def plan(declared: Sequence[Declaration]) -> list[Change]:
                 changes.append(Change("update", declaration.name, declaration.origin, diff))
             else:
                 changes.append(Change("unchanged", declaration.name, declaration.origin))
-    gone = JobDefinition.objects.filter(source="code", enabled=True).exclude(name__in=list(by_name))
+    gone = JobDefinition.objects.filter(source="code", enabled=True).exclude(
+        name__in=[*by_name, *left_out]
+    )
+    if not declared.settings_readable:  # no entry of JOBS is known: none of them is gone
+        gone = gone.exclude(code_origin__startswith=SETTINGS_ORIGIN)
     changes += [Change("disable", job.name, job.code_origin) for job in gone]
     return changes
 
 
+def _left_out(rejected: Rejected, row: JobDefinition | None) -> Change:
+    """The line of a declaration left out: what is wrong, where, and what became of its job."""
+    if row is None:
+        outcome = "no job created"
+    elif row.source == "code":
+        outcome = "the job keeps its last synced definition"
+    else:
+        outcome = "the job made in the admin with this name is left alone"
+    reason = f"{rejected.text()} Declared at {rejected.origin}. Left out: {outcome}."
+    return Change("invalid", rejected.name, rejected.origin, reason=reason)
+
+
 def sync(*, dry_run: bool = False, by: str = "sync_jobs") -> SyncResult:
     """Plan, and unless ``dry_run`` apply, in one transaction that holds the sync lock."""
-    declared = declarations()
+    declared = collect()
     version = app_settings.JOBS_VERSION
-    digest = _digest(declared)
+    digest = _digest(declared.valid)
     with transaction.atomic():
         state = _locked_state()
         if version is not None and state.version is not None and version < state.version:
@@ -123,13 +140,16 @@ def sync(*, dry_run: bool = False, by: str = "sync_jobs") -> SyncResult:
             return SyncResult(changes, applied=False)
         with audit.acting("code sync", via="code", note=f"version {version}" if version else ""):
             for change in changes:
-                _apply(change, {d.name: d for d in declared})
+                _apply(change, {d.name: d for d in declared.valid})
         state.version = version if version is not None else state.version
         state.digest = digest
         state.synced_at = database_now()
         state.synced_by = by[:255]
         state.save()
     result = SyncResult(changes, applied=True)
+    for change in changes:
+        if change.action == "invalid":
+            logger.warning("declared.invalid job=%s by=%s %s", change.name, by, change.reason)
     changed = any(change.action != "unchanged" for change in changes)
     logger.log(
         logging.INFO if changed else logging.DEBUG,

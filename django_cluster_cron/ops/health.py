@@ -92,6 +92,7 @@ def cluster_health(*, broker: bool = True, now: datetime | None = None) -> Healt
         ("waiting_runs", lambda: check_waiting_runs(now)),
         ("running_runs", lambda: check_running_runs(now)),
         ("clock_skew", lambda: check_clock_skew(status)),
+        ("declared_jobs", check_declared_jobs),
     ]
     if broker:
         checks.append(("broker", check_broker))
@@ -221,6 +222,27 @@ def check_clock_skew(status: ClusterStatus) -> Check:
         WARN,
         f"clocks off the database's: {described} (slots still run on the database's time)",
         worst,
+    )
+
+
+def check_declared_jobs() -> Check:
+    """Jobs declared in this process's code that a sync leaves out (invalid, or unreadable): a
+    warning, not a failure, since every other job runs; these do not follow their code (a job
+    synced before keeps its last synced definition) until the declaration is fixed. Reads no
+    database: it validates the declarations as ``manage.py check`` does."""
+    from ..declared import collect
+
+    declared = collect()
+    if not declared.rejected:
+        count = len(declared.valid)
+        reason = f"{count} job(s) declared in code, all valid" if count else "no job declared"
+        return Check("declared_jobs", OK, reason, 0)
+    left_out = "; ".join(f"{r.name!r} ({r.text()})" for r in declared.rejected)
+    return Check(
+        "declared_jobs",
+        WARN,
+        f"{len(declared.rejected)} declared job(s) left out of the sync: {left_out}",
+        len(declared.rejected),
     )
 
 

@@ -159,3 +159,42 @@ def test_no_configured_celery_app_is_w002(settings):
         previous.set_current()
     assert message.id == "cluster_cron.W002"
     assert check_settings() == []  # the project's app is current again
+
+
+def test_a_bad_declared_job_is_a_warning_so_every_command_still_runs(cron_settings):
+    """An error would stop run_scheduler, migrate and sync_jobs at their checks: one typo in
+    one declaration would stop every job. The sync leaves that one out instead."""
+    from io import StringIO
+
+    from django.core.checks import ERROR
+    from django.core.management import call_command
+
+    good = {"task": "tests.add", "schedule": "0 3 * * *"}
+    cron_settings(JOBS={"good": good, "typo": {**good, "schedule": "0 3 * * 8"}})
+    [message] = check_settings()
+    assert message.id == "cluster_cron.W005"
+    assert message.level < ERROR
+    assert message.msg.startswith("Declared job 'typo' (settings CLUSTER_CRON['JOBS']['typo']):")
+    assert "cron: day-of-week field: '8'" in message.msg
+    assert "leaves this job out" in (message.hint or "")
+    err = StringIO()
+    call_command("check", stdout=StringIO(), stderr=err)  # no SystemCheckError
+    assert "cluster_cron.W005" in err.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("jobs", "words"),
+    [
+        (["a list"], "must be a dict of job name -> job fields, not list"),
+        (
+            {"typo": {"task": "tests.add", "shedule": "0 3 * * *"}},
+            "'shedule' cannot be declared: not a job field (did you mean 'schedule'?)",
+        ),
+        ({5: {"task": "tests.add", "schedule": "0 3 * * *"}}, "5 is not a job name"),
+    ],
+)
+def test_jobs_that_cannot_be_read_are_w004_not_a_setting_error(cron_settings, jobs, words):
+    cron_settings(JOBS=jobs)
+    [message] = check_settings()
+    assert message.id == "cluster_cron.W004"
+    assert words in message.msg

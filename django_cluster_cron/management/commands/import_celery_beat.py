@@ -196,7 +196,8 @@ def _declaration(name: str, entry: Any) -> tuple[dict[str, Any] | None, str]:
     """A CELERY_BEAT_SCHEDULE entry as a CLUSTER_CRON["JOBS"] entry, or None and why not."""
     from datetime import timedelta
 
-    from django_cluster_cron.declared import Declaration, DeclarationError, schedule_text
+    from django_cluster_cron.declared import Declaration, DeclarationError
+    from django_cluster_cron.declared.reading import schedule_text
 
     if not isinstance(entry, dict) or "task" not in entry or "schedule" not in entry:
         return None, "not a dict with 'task' and 'schedule'"
@@ -224,7 +225,7 @@ def _declaration(name: str, entry: Any) -> tuple[dict[str, Any] | None, str]:
         note = "interval now aligned to the clock"
     else:
         try:
-            cron = schedule_text(raw, name)
+            cron = schedule_text(raw)
         except DeclarationError:
             return None, f"a {type(raw).__name__} schedule has no cron equivalent"
     declared: dict[str, Any] = {"task": task, "schedule": cron}

@@ -5,9 +5,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from django.core.management.base import CommandError, CommandParser
+from django.core.management.base import CommandParser
 
-from django_cluster_cron.declared import DeclarationError
 from django_cluster_cron.declared.sync import sync
 from django_cluster_cron.management.base import ClusterCronCommand
 
@@ -16,17 +15,16 @@ class Command(ClusterCronCommand):
     help = (
         "Bring the database in line with the jobs declared in code (@cron and "
         "CLUSTER_CRON['JOBS']): create new ones, update changed ones, disable removed ones. "
-        "Exits 1 if a declaration is invalid or conflicts with a job made in the admin."
+        "An invalid declaration is left out (its job, if synced before, keeps what was synced) "
+        "and the others are synced. Exits 1 if a declaration is invalid or conflicts with a job "
+        "made in the admin."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--dry-run", action="store_true", help="Show the plan; change nothing.")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        try:
-            result = sync(dry_run=options["dry_run"], by="sync_jobs")
-        except DeclarationError as exc:
-            raise CommandError(str(exc)) from exc
+        result = sync(dry_run=options["dry_run"], by="sync_jobs")
         if result.skipped:
             self.stdout.write(f"Skipped: {result.skipped}.")
         for change in result.changes:
@@ -38,5 +36,13 @@ class Command(ClusterCronCommand):
         )
         verb = "Done" if result.applied else "Would do (dry run)" if not result.skipped else "Plan"
         self.stdout.write(f"{verb}: {counts or 'nothing declared'}.")
-        if result.count("conflict") or result.count("invalid"):
+        invalid = [change.name for change in result.changes if change.action == "invalid"]
+        if invalid:
+            # The exit status is what a release pipeline sees: the other jobs were synced, but
+            # these declarations do not reach the database until they are fixed.
+            self.stderr.write(
+                f"{len(invalid)} declaration(s) left out, fix them and sync again: "
+                + ", ".join(invalid)
+            )
+        if result.count("conflict") or invalid:
             sys.exit(1)

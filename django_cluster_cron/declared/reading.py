@@ -1,0 +1,90 @@
+"""Reading ``CLUSTER_CRON["JOBS"]`` entry by entry: what cannot be read is reported on its entry
+(by name, or by position when its key is no name), and the other entries are read on."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from typing import Any
+
+from .declaration import (
+    CODE_FIELDS,
+    SETTINGS_ORIGIN,
+    Declaration,
+    DeclarationError,
+    Rejected,
+    values_of,
+)
+
+# What the "options" of a CELERY_BEAT_SCHEDULE-style entry may carry.
+OPTION_FIELDS = ("queue", "priority", "expires")
+
+
+def schedule_text(schedule: Any) -> str:
+    """A cron string, or one from a celery ``crontab()`` (the fields it was built with)."""
+    if isinstance(schedule, str):
+        return schedule
+    if all(hasattr(schedule, f"_orig_{part}") for part in ("minute", "hour")):
+        parts = ("minute", "hour", "day_of_month", "month_of_year", "day_of_week")
+        return " ".join(str(getattr(schedule, f"_orig_{part}")) for part in parts)
+    raise DeclarationError(
+        "'schedule' must be a cron expression such as '0 3 * * *' (or a celery crontab()), not "
+        f"{type(schedule).__name__}; intervals: see import_celery_beat --from-settings",
+        "schedule",
+    )
+
+
+def entry_values(entry: Any) -> dict[str, Any]:
+    """The job fields of one settings entry; :class:`DeclarationError` if it cannot be read."""
+    if not isinstance(entry, Mapping):
+        raise DeclarationError(f"must be a dict of job fields, not {type(entry).__name__}")
+    entry = dict(entry)
+    allowed = ("schedule", "options", *CODE_FIELDS)
+    for key in entry:
+        if key not in allowed:
+            close = difflib.get_close_matches(str(key), allowed, n=1)
+            values_of({key: None}, hint=f" (did you mean {close[0]!r}?)" if close else "")
+    missing = [key for key in ("task", "schedule") if key not in entry]
+    if missing:
+        raise DeclarationError("needs at least 'task' and 'schedule'", missing[0])
+    entry["cron"] = schedule_text(entry.pop("schedule"))
+    options = entry.pop("options", None) or {}
+    if not isinstance(options, Mapping):
+        raise DeclarationError("'options' must be a dict", "options")
+    for key, value in options.items():
+        if key not in OPTION_FIELDS:
+            raise DeclarationError(
+                f"option {key!r} is not supported (only {', '.join(OPTION_FIELDS)})", "options"
+            )
+        entry[key] = value
+    return values_of(entry)
+
+
+def from_settings() -> tuple[list[Declaration], list[Rejected], bool]:
+    """The entries that can be read, the ones that cannot, and whether ``JOBS`` itself could."""
+    from ..conf import app_settings
+
+    raw = app_settings.JOBS
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        problem = f"must be a dict of job name -> job fields, not {type(raw).__name__}"
+        return (
+            [],
+            [Rejected(SETTINGS_ORIGIN, SETTINGS_ORIGIN, (("", problem),), unreadable=True)],
+            False,
+        )
+    found: list[Declaration] = []
+    rejected: list[Rejected] = []
+    for index, (name, entry) in enumerate(raw.items()):
+        if not isinstance(name, str) or not name.strip():
+            problem = f"{name!r} is not a job name: the key must be a non-empty string"
+            where = f"{SETTINGS_ORIGIN}, entry #{index + 1}"
+            rejected.append(Rejected(f"#{index + 1}", where, (("name", problem),), unreadable=True))
+            continue
+        where = f"{SETTINGS_ORIGIN}[{name!r}]"
+        try:
+            found.append(Declaration(name=name, origin=where, values=entry_values(entry)))
+        except DeclarationError as exc:
+            rejected.append(Rejected(name, where, ((exc.field, exc.message),), unreadable=True))
+    return found, rejected, True
