@@ -10,6 +10,7 @@ imports the models.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping
 from datetime import datetime, timedelta
@@ -116,13 +117,9 @@ def clean_kwargs(value: object) -> None:
 
 
 def _check_size(what: str, value: object) -> None:
-    depth = _json_depth(value)
-    if depth > MAX_JSON_DEPTH:
-        raise ValidationError(
-            f"{what} nest lists and objects more than {MAX_JSON_DEPTH} levels deep; "
-            "flatten them, or pass an id and load the data inside the task.",
-            code="too_deep",
-        )
+    problem = json_problem(value)
+    if problem:
+        raise ValidationError(f"{what}: {problem}.", code="unstorable")
     size = _json_size(value)
     if size > MAX_JSON_BYTES:
         raise ValidationError(
@@ -132,9 +129,9 @@ def _check_size(what: str, value: object) -> None:
         )
 
 
-def _json_depth(value: object) -> int:
-    """How deeply lists and objects nest in ``value`` (a scalar is 0), without recursion; stops
-    counting once past the limit."""
+def json_depth(value: object, limit: int | None = None) -> int:
+    """How deeply lists and objects nest in ``value`` (a scalar is 0), without recursion (a
+    value may nest deeper than Python's recursion limit); stops counting once past ``limit``."""
     deepest = 0
     stack = [(value, 1)]
     while stack:
@@ -146,10 +143,56 @@ def _json_depth(value: object) -> int:
         else:
             continue
         deepest = max(deepest, depth)
-        if deepest > MAX_JSON_DEPTH:
+        if limit is not None and deepest > limit:
             return deepest
         stack.extend((child, depth + 1) for child in children)
     return deepest
+
+
+# Characters no database text column can hold (NUL: PostgreSQL's jsonb) and that no JSON reply
+# can carry as UTF-8 (a lone surrogate, e.g. "\ud800" escaped in a request).
+UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def json_problem(value: object) -> str | None:
+    """What makes a JSON value unfit to store and send, and where in it, or None: nesting
+    deeper than ``MAX_JSON_DEPTH``, a NUL character or a lone surrogate in a string or a key,
+    a number that is not finite."""
+    if json_depth(value, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
+        return (
+            f"lists and objects nest more than {MAX_JSON_DEPTH} levels deep; flatten them, "
+            "or pass an id and load the data inside the task"
+        )
+    stack: list[tuple[object, str]] = [(value, "")]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, str):
+            found = UNSTORABLE.search(item)
+            if found:
+                return f"at {path or 'the top'}: {_unstorable(found.group())}"
+        elif isinstance(item, float) and not math.isfinite(item):
+            return f"at {path or 'the top'}: {item} is not a number JSON can hold"
+        elif isinstance(item, Mapping):
+            for key, child in item.items():
+                found = UNSTORABLE.search(key) if isinstance(key, str) else None
+                if found:
+                    where = f"{path or 'the top'}, key {_shown_key(key)}"
+                    return f"at {where}: {_unstorable(found.group())}"
+                stack.append((child, f"{path}[{_shown_key(key)}]"))
+        elif isinstance(item, list | tuple):
+            stack.extend((child, f"{path}[{index}]") for index, child in enumerate(item))
+    return None
+
+
+def _unstorable(char: str) -> str:
+    if char == "\x00":
+        return "a NUL character (\\u0000), which the database cannot store"
+    return f"a lone surrogate (\\u{ord(char):04x}), which is not a character"
+
+
+def _shown_key(key: object) -> str:
+    text = json.dumps(key, ensure_ascii=True, default=str)
+    return text if len(text) <= 40 else text[:39] + "…"
 
 
 def _json_type(value: object) -> str:

@@ -1,4 +1,7 @@
-"""What the API reads and writes. Validation is the model's: ``full_clean()`` errors, per field."""
+"""What the API reads and writes. Validation is the model's: ``full_clean()`` errors, per field.
+
+Every body is a :class:`~.strict.StrictBody`: a field that is not written is refused by name.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +12,11 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
+from rest_framework.fields import empty
 
 from ..models import DEFINITION_FIELDS, JobChange, JobDefinition, JobRun, RunStatus
 from ..validation import MAX_JITTER
+from .strict import JSONValueField, StrictBody
 
 # Durations cross the API as seconds (a number), not Django's "HH:MM:SS" text.
 JOB_FIELDS = (
@@ -37,8 +42,6 @@ JOB_READ_ONLY = (
     "scheduled_runs",
     "consecutive_failures",
     "id",
-    "enabled",
-    "pause_note",
     "source",
     "code_origin",
     "next_run_at",
@@ -68,14 +71,25 @@ class SecondsField(serializers.Field):  # type: ignore[type-arg]
         return timedelta(seconds=seconds)
 
 
-class ModelValidated(serializers.ModelSerializer):  # type: ignore[type-arg]
+# Written by the view, not set on the model: the note of the change, and the job's state
+# (``enabled``/``pause_note`` go through the model's pause() and resume(), as the actions do).
+NOT_SET_ON_THE_MODEL = ("change_note", "enabled", "pause_note")
+
+
+class StateField(serializers.BooleanField):
+    """``enabled``: left out of a form means unchanged (DRF's BooleanField would say false)."""
+
+    default_empty_html = empty
+
+
+class ModelValidated(StrictBody, serializers.ModelSerializer):  # type: ignore[type-arg]
     """Runs the model's ``full_clean()`` so the API says exactly what the admin says."""
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         model: Any = self.Meta.model
         instance = self.instance or model()
         for name, value in attrs.items():
-            if name != "change_note":
+            if name not in NOT_SET_ON_THE_MODEL:
                 setattr(instance, name, value)
         try:
             instance.full_clean()
@@ -85,8 +99,20 @@ class ModelValidated(serializers.ModelSerializer):  # type: ignore[type-arg]
 
 
 class JobSerializer(ModelValidated):
+    body_of = "a job"
+
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         job = self.instance
+        enabled = attrs.get("enabled", True if job is None else job.enabled)
+        if enabled and attrs.get("pause_note"):
+            raise serializers.ValidationError(
+                {
+                    "pause_note": [
+                        'A running job has no pause note: send it with "enabled": false '
+                        "(or POST it to pause/ as the note)."
+                    ]
+                }
+            )
         if job is not None and job.source == "code":
             changed = {
                 name: [f"Defined in code at {job.code_origin}: change it there and sync."]
@@ -97,6 +123,18 @@ class JobSerializer(ModelValidated):
                 raise serializers.ValidationError(changed)
         return super().validate(attrs)
 
+    enabled = StateField(
+        required=False,
+        help_text="false pauses the job and true resumes it, as pause/ and resume/ do "
+        "(left out: unchanged). A job declared in code may be paused and resumed too.",
+    )
+    pause_note = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=255,
+        help_text='Why the job is paused: set with "enabled": false, or on a paused job; '
+        '"" on a running one.',
+    )
     catchup_window = SecondsField(
         required=False, help_text="How far back missed slots are caught up, in seconds."
     )
@@ -128,8 +166,17 @@ class JobSerializer(ModelValidated):
         value = ahead or job.next_run_at
         return None if value is None else serializers.DateTimeField().to_representation(value)
 
-    args = serializers.JSONField(required=False, help_text="JSON list of positional arguments.")
-    kwargs = serializers.JSONField(required=False, help_text="JSON object of keyword arguments.")
+    args = JSONValueField(required=False, help_text="JSON list of positional arguments.")
+    kwargs = JSONValueField(required=False, help_text="JSON object of keyword arguments.")
+
+    def get_fields(self) -> dict[str, Any]:
+        fields = super().get_fields()
+        for field in fields.values():
+            if isinstance(field, serializers.ChoiceField):
+                field.error_messages["invalid_choice"] = (
+                    '"{input}" is not one of: ' + ", ".join(map(str, field.choices)) + "."
+                )
+        return fields
 
     class Meta:
         model = JobDefinition
@@ -185,11 +232,13 @@ class RunSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
         return None if run.duration is None else run.duration.total_seconds()
 
 
-class PauseSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class PauseSerializer(StrictBody):
+    body_of = "pause/"
     note = serializers.CharField(required=False, allow_blank=True, max_length=255, default="")
 
 
-class BackfillSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class BackfillSerializer(StrictBody):
+    body_of = "backfill/"
     start = serializers.DateTimeField(help_text="Slots after this instant...")
     end = serializers.DateTimeField(help_text="...up to and including this one (in the past).")
     dry_run = serializers.BooleanField(

@@ -7,17 +7,17 @@ needs the Django permission the admin's action needs.
 
 from __future__ import annotations
 
-import re
 from datetime import datetime, timedelta, timezone
 from typing import Any, ClassVar, cast
 
+from django.db import transaction
 from django.db.models import OuterRef, Q, QuerySet, Subquery
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import mixins, permissions, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
-from rest_framework.pagination import CursorPagination, LimitOffsetPagination
+from rest_framework.parsers import BaseParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -29,6 +29,8 @@ from ..dbtime import DbNow
 from ..describe import describe
 from ..models import JobChange, JobDefinition, JobRun, RunStatus, RunTrigger
 from ..ops.health import cluster_health
+from .params import JobPagination, RunPagination, choice, flag, instant, integer, text
+from .parsers import api_parser_classes
 from .schema import ClusterCronSchema
 from .serializers import (
     BackfillResultSerializer,
@@ -40,6 +42,7 @@ from .serializers import (
     PreviewSerializer,
     RunSerializer,
 )
+from .strict import EmptyBody, printable_errors
 
 APP = "django_cluster_cron"
 
@@ -67,32 +70,23 @@ def _operation_error(exc: actions.ActionRefused) -> ValidationError:
     return ValidationError({"detail": str(exc)})
 
 
-def _page_number(request: Request, name: str, default: int | None, cap: int | None) -> int | None:
-    """A paging parameter, refused when it is not a whole number >= 0 (DRF would ignore it)."""
-    raw = request.query_params.get(name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValidationError({name: [f"'{raw}' is not a whole number."]}) from None
-    if value < 0 or (name == "limit" and value == 0):
-        raise ValidationError({name: [f"{value} is out of range."]})
-    return min(value, cap) if cap is not None else value
+class ApiView(APIView):
+    """What every view of the API shares: JSON read by the API's own parser (a body it cannot
+    decode is a ``400``, never a ``500``), and error replies that can always be encoded."""
+
+    def get_parsers(self) -> list[BaseParser]:
+        return [parser() for parser in api_parser_classes()]
+
+    def get_exception_handler(self) -> Any:
+        return printable_errors(super().get_exception_handler())
+
+    def refuse_any_body(self, request: Request, endpoint: str) -> None:
+        """An action that takes no body refuses any field sent to it, by name."""
+        body = EmptyBody(data=request.data, context={"body_of": endpoint})
+        body.is_valid(raise_exception=True)
 
 
-class JobPagination(LimitOffsetPagination):
-    default_limit = 50
-    max_limit = 500
-
-    def get_limit(self, request: Request) -> int | None:
-        return _page_number(request, self.limit_query_param, self.default_limit, self.max_limit)
-
-    def get_offset(self, request: Request) -> int:
-        return _page_number(request, self.offset_query_param, 0, None) or 0
-
-
-class Audited(APIView):
+class Audited(ApiView):
     """Every change a request makes to a job is recorded as its user's, through "api"."""
 
     _acting: Any = None
@@ -144,9 +138,16 @@ class JobViewSet(Audited, viewsets.ModelViewSet):  # type: ignore[type-arg]
     }
 
     def perform_create(self, serializer: Any) -> None:
-        note = serializer.validated_data.pop("change_note", "")
-        with audit.acting(note=note or None):
-            serializer.save()
+        """Save the job's fields, then pause or resume it as ``enabled`` says, through the very
+        methods the pause/ and resume/ actions call; one transaction, one ``change_note``."""
+        fields = serializer.validated_data
+        note = fields.pop("change_note", "")
+        enabled, pause_note = fields.pop("enabled", None), fields.pop("pause_note", None)
+        with transaction.atomic(), audit.acting(note=note or None):
+            if serializer.instance is None or fields:
+                serializer.save()
+            set_state(serializer.instance, enabled, pause_note)
+        fresh(serializer.instance)
 
     perform_update = perform_create
 
@@ -169,17 +170,18 @@ class JobViewSet(Audited, viewsets.ModelViewSet):  # type: ignore[type-arg]
         ).order_by("name", "id")
         params = self.request.query_params
         if self.action == "list":
-            deleted = _flag(params.get("deleted"), "deleted")
+            deleted = flag(params.get("deleted"), "deleted")
             jobs = jobs.filter(deleted_at__isnull=not deleted)
-            enabled = _flag(params.get("enabled"), "enabled", default=None)
+            enabled = flag(params.get("enabled"), "enabled", default=None)
             if enabled is not None:
                 jobs = jobs.filter(enabled=enabled)
-            search = _text(params.get("search", ""), "search").strip()
+            search = text(params.get("search", ""), "search").strip()
             if search:
                 jobs = jobs.filter(Q(name__icontains=search) | Q(task__icontains=search))
         return cast("QuerySet[JobDefinition]", jobs)
 
     def perform_destroy(self, instance: JobDefinition) -> None:
+        self.refuse_any_body(self.request, "DELETE jobs/{id}/")
         if instance.deleted_at is None:
             instance.soft_delete()
 
@@ -191,21 +193,23 @@ class JobViewSet(Audited, viewsets.ModelViewSet):  # type: ignore[type-arg]
         body = PauseSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         job.pause(body.validated_data["note"])
-        return Response(JobSerializer(job).data)
+        return Response(JobSerializer(fresh(job)).data)
 
     @extend_schema(request=None, responses=JobSerializer)
     @action(detail=True, methods=["post"])
     def resume(self, request: Request, pk: str | None = None) -> Response:
         """Resume from now on (no catch-up of what fell while paused)."""
         job = self.get_object()
+        self.refuse_any_body(request, "resume/")
         job.resume()
-        return Response(JobSerializer(job).data)
+        return Response(JobSerializer(fresh(job)).data)
 
     @extend_schema(request=None, responses={201: RunSerializer})
     @action(detail=True, methods=["post"])
     def run(self, request: Request, pk: str | None = None) -> Response:
         """Record and publish a ``manual`` run for now, through the overlap policy."""
         job = self._live_job()
+        self.refuse_any_body(request, "run/")
         try:
             run = actions.run_now(job, by=f"api:{request.user}")
         except actions.ActionRefused as exc:
@@ -240,6 +244,7 @@ class JobViewSet(Audited, viewsets.ModelViewSet):  # type: ignore[type-arg]
     def restore(self, request: Request, pk: str | None = None) -> Response:
         """Bring a soft-deleted job back (its name must be free among live jobs)."""
         job = self.get_object()
+        self.refuse_any_body(request, "restore/")
         if job.deleted_at is None:
             raise ValidationError({"detail": "The job is not deleted."})
         from django.core.exceptions import ValidationError as DjangoValidationError
@@ -255,18 +260,6 @@ class JobViewSet(Audited, viewsets.ModelViewSet):  # type: ignore[type-arg]
         if job.deleted_at is not None:
             raise ValidationError({"detail": "The job is deleted; restore it first."})
         return job
-
-
-class RunPagination(CursorPagination):
-    """Cursor pagination: stable and cheap however large the ledger grows."""
-
-    ordering = ("-scheduled_for", "-id")
-    page_size = 50
-    max_page_size = 500
-    page_size_query_param = "limit"
-
-    def get_page_size(self, request: Request) -> int | None:
-        return _page_number(request, "limit", self.page_size, self.max_page_size)
 
 
 @extend_schema_view(
@@ -309,22 +302,24 @@ class RunViewSet(
         if self.action != "list":
             return cast("QuerySet[JobRun]", runs)
         if "job" in params:
-            runs = runs.filter(job_id=_integer(params["job"], "job"))
+            runs = runs.filter(job_id=integer(params["job"], "job"))
         for name, choices in (("status", RunStatus.values), ("trigger", RunTrigger.values)):
             if params.get(name):
-                runs = runs.filter(**{name: _choice(params[name], name, choices)})
+                runs = runs.filter(**{name: choice(params[name], name, choices)})
         if "after" in params:
-            runs = runs.filter(scheduled_for__gte=_instant(params["after"], "after"))
+            runs = runs.filter(scheduled_for__gte=instant(params["after"], "after"))
         if "before" in params:
-            runs = runs.filter(scheduled_for__lt=_instant(params["before"], "before"))
+            runs = runs.filter(scheduled_for__lt=instant(params["before"], "before"))
         return cast("QuerySet[JobRun]", runs)
 
     @extend_schema(request=None, responses=RunSerializer)
     @action(detail=True, methods=["post"])
     def retry(self, request: Request, pk: str | None = None) -> Response:
         """Run a failed run again: the same run, its next attempt."""
+        run = self.get_object()
+        self.refuse_any_body(request, "retry/")
         try:
-            run = actions.retry(self.get_object())
+            run = actions.retry(run)
         except actions.ActionRefused as exc:
             raise _operation_error(exc) from None
         return Response(RunSerializer(run).data)
@@ -333,14 +328,16 @@ class RunViewSet(
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         """Cancel a run that has not started (pending, queued or waiting for a retry)."""
+        run = self.get_object()
+        self.refuse_any_body(request, "cancel/")
         try:
-            run = actions.cancel(self.get_object(), reason=f"cancelled by {request.user}")
+            run = actions.cancel(run, reason=f"cancelled by {request.user}")
         except actions.ActionRefused as exc:
             raise _operation_error(exc) from None
         return Response(RunSerializer(run).data)
 
 
-class PreviewView(APIView):
+class PreviewView(ApiView):
     """The next fire times of an expression in a zone, without saving anything."""
 
     permission_classes = (permissions.IsAuthenticated,)
@@ -380,7 +377,7 @@ class PreviewView(APIView):
         )
 
 
-class HealthView(APIView):
+class HealthView(ApiView):
     """The cluster's health (the same report as ``manage.py cluster_health``); 503 if not."""
 
     permission_classes = (permissions.IsAuthenticated,)
@@ -391,60 +388,31 @@ class HealthView(APIView):
         responses={200: OpenApiTypes.OBJECT, 503: OpenApiTypes.OBJECT},
     )
     def get(self, request: Request) -> Response:
-        broker = _flag(request.query_params.get("broker"), "broker", default=True)
+        broker = flag(request.query_params.get("broker"), "broker", default=True)
         report = cluster_health(broker=bool(broker))
         return Response(report.as_dict(), status=200 if report.healthy else 503)
 
 
-def _flag(value: str | None, name: str, default: bool | None = False) -> bool | None:
-    if value is None:
-        return default
-    lowered = value.lower()
-    if lowered in ("1", "true", "yes"):
-        return True
-    if lowered in ("0", "false", "no"):
-        return False
-    raise ValidationError({name: [f"'{value}' is not a boolean: use true or false."]})
+def set_state(job: JobDefinition, enabled: bool | None, note: str | None) -> None:
+    """Pause or resume ``job`` as a request's ``enabled`` and ``pause_note`` say, with the
+    model's pause() and resume() (what pause/ and resume/ call); nothing if they say nothing new.
+
+    ``pause_note`` alone changes a paused job's note (as pause/ on a paused job does); the
+    serializer has refused one for a job that stays running.
+    """
+    if enabled is None and note is None:
+        return
+    if enabled is False or (enabled is None and not job.enabled):
+        if job.enabled:
+            job.pause(note or "")
+        elif note is not None and note != job.pause_note:
+            job.pause(note)
+    elif enabled and not job.enabled:
+        job.resume()
 
 
-def _text(value: str, name: str) -> str:
-    if "\x00" in value:  # no database column can hold it; PostgreSQL refuses it outright
-        raise ValidationError({name: ["must not contain a NUL (\\x00) character."]})
-    return value
-
-
-def _choice(value: str, name: str, choices: list[str]) -> str:
-    if value not in choices:
-        raise ValidationError(
-            {name: [f"{_text(value, name)!r} is not one of: {', '.join(choices)}."]}
-        )
-    return value
-
-
-def _integer(value: str, name: str) -> int:
-    try:
-        return int(value)
-    except ValueError:
-        raise ValidationError({name: [f"'{value}' is not a whole number."]}) from None
-
-
-# RFC 3339 date-time, as the schema's "date-time" format says: seconds and an offset required.
-RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})")
-
-
-def _instant(value: str, name: str) -> datetime:
-    from django.utils.dateparse import parse_datetime
-
-    parsed = None
-    if RFC3339.fullmatch(value):
-        try:
-            # In UTC: databases refuse some offsets Python accepts (PostgreSQL: beyond 15:59).
-            parsed = parse_datetime(value)
-            parsed = parsed.astimezone(timezone.utc) if parsed is not None else None
-        except (ValueError, OverflowError):
-            parsed = None
-    if parsed is None:
-        raise ValidationError(
-            {name: [f"'{value}' is not an RFC 3339 date and time, e.g. 2026-11-24T09:00:00Z."]}
-        )
-    return parsed
+def fresh(job: JobDefinition) -> JobDefinition:
+    """Forget the listing's annotation of the run recorded ahead: a write may have withdrawn it,
+    and the reply then asks the database (the serializer's next_run)."""
+    job.__dict__.pop("ahead_due", None)
+    return job

@@ -27,7 +27,7 @@ JSON_VALUES = st.recursive(
 )
 TEXT = st.text(
     # A browser cannot send a lone surrogate in a form; everything else can be typed or pasted.
-    st.characters(blacklist_categories=("Cs",)),
+    st.characters(exclude_categories=["Cs"]),
     max_size=300,
 )
 ODD = st.sampled_from(
