@@ -40,6 +40,11 @@ class Health:
     def is_down(self, component: str) -> bool:
         return component in self._down
 
+    def down_for(self, component: str) -> float:
+        """How long (seconds) ``component`` has been down; 0 while it is up."""
+        since = self.down_since.get(component)
+        return 0.0 if since is None else time.monotonic() - since
+
 
 def one_line(error: BaseException) -> str:
     """An error as one short log-friendly line: its type and its words."""

@@ -10,7 +10,9 @@
         │   fenced, or shutdown ─ release the lease    │
         └──────────────────────────────────────────────┘
 
-A standby only tries to take the lease. Taking it is not enough to lead: the term also needs its
+A standby only tries to take the lease, and only while it can reach the database: a node whose
+last statement failed first checks the database is back, so it never holds a lease it could not
+use while a standby that can use it waits. Taking it is not enough to lead: the term also needs its
 fencing epoch in the database (:class:`~django_cluster_cron.ledger.fence.Fence`; the database
 lease's acquiring UPDATE bumps it, after a Redis or in-memory lease the term bumps it itself).
 Every write the leader makes is fenced by that epoch, so a term that ended without this node
@@ -31,6 +33,7 @@ from collections.abc import Callable
 
 from django.db import DatabaseError
 
+from ..dbtime import database_now
 from ..leases import Lease, LeaseBackend, LeaseUnavailable
 from ..ledger.fence import Fence
 from ..ops import metrics
@@ -56,6 +59,7 @@ class Term:
         on_end: Callable[[], object],
         on_released: Callable[[], object],
         on_database_error: Callable[[], object],
+        reach_database: Callable[[], object] = database_now,
     ) -> None:
         self.node_id = node_id
         self.lease = lease
@@ -66,6 +70,7 @@ class Term:
         self._on_end = on_end
         self._on_released = on_released
         self._on_database_error = on_database_error
+        self._reach_database = reach_database
         # The current term's fence (None while standing by).
         self.fence: Fence | None = None
         # When (monotonic) the next renewal is due, and until when the lease is surely ours.
@@ -89,6 +94,15 @@ class Term:
     def try_lead(self, poll_interval: float) -> float:
         """Take the lease and the epoch if they are free; how long to wait before trying again
         (0 once leading)."""
+        if self.health.is_down("db"):
+            # This node could not reach the database: lead only once it can again, or it would
+            # hold the lease it cannot use while a standby that can waits.
+            try:
+                self._reach_database()
+            except DatabaseError as exc:
+                self._on_database_error()
+                return self.health.down("db", exc)
+            self.health.up("db")
         # The lease's TTL runs from when its backend set it, which is after this instant: dating
         # its validity from here errs on the safe side (a slow reply shortens it, never extends).
         started = time.monotonic()

@@ -16,7 +16,10 @@ runs once; send the runs recorded ahead that are due; read the idle state (one q
 and publish what is due and record ahead what will be, batch by batch; sweep when due; then
 sleep until the earliest of the next due slot, the next renewal, the next sweep or a change
 signal. Outages of the lease's backend, the database or the broker are logged once per state
-change and retried with backoff; nothing is dispatched without a current lease and epoch.
+change and retried with backoff; nothing is dispatched without a current lease and epoch. A
+leader that cannot reach the database for ``RESIGN_AFTER`` gives the lease up (another node may
+reach it), and no node takes the lease before it has reached the database again, so an outage
+for everyone leaves the lease free instead of passing it around.
 """
 
 from __future__ import annotations
@@ -49,6 +52,8 @@ from .sweeps import Sweeps
 
 logger = logging.getLogger("django_cluster_cron.scheduler")
 
+# A leader whose statements have failed this long (seconds; a few retries) gives the lease up.
+RESIGN_AFTER = 1.0
 # A first guess of how long recording one batch takes, until one has been measured.
 BATCH_SECONDS_GUESS = 0.05
 
@@ -265,7 +270,12 @@ class Scheduler:
             return self.poll_interval
         except DatabaseError as exc:
             _reset_connections()
-            return self.health.down("db", exc)
+            backoff = self.health.down("db", exc)
+            if self.is_leader and self.health.down_for("db") >= RESIGN_AFTER:
+                # The database is out of this node's reach, maybe not of the others': give the
+                # lease up so one of them leads. It leads again only once it reaches the database.
+                self.term.release("database unreachable")
+            return backoff
         self.health.up("db")
         return self._sleep_for(next_due)
 
