@@ -18,6 +18,11 @@ that declaration out and syncs the others.
 | cluster_cron.E006     | ``CELERY_APP`` cannot be imported or is not a Celery app           |
 | cluster_cron.W002     | no Celery app is configured (``celery.current_app`` is the default)|
 | cluster_cron.E007     | ``USE_TZ`` is False                                                |
+| cluster_cron.W006     | a database the app uses waits without bound on a silent link      |
+| cluster_cron.W007     | Redis lease: the ``REDIS_ALIAS`` cache has no socket timeouts      |
+
+W006 and W007 are deployment checks (``manage.py check --deploy``); ``run_scheduler`` shows them
+when it starts, since a scheduler is where an unbounded wait stops the cluster.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.core.exceptions import ImproperlyConfigured
 
 from .conf import DEFAULTS, SETTINGS_NAME, app_settings
+from .dbconn import TIMEOUT_OPTIONS
 from .leases import backend_name, is_django_redis_alias
 
 DJANGO_REDIS_BACKEND = "django_redis.cache.RedisCache"
@@ -173,4 +179,53 @@ def _check_declarations() -> list[CheckMessage]:
                 found.append(Warning(text, hint=hint, id="cluster_cron.W004"))
             else:
                 found.append(Warning(text, hint=hint, id="cluster_cron.W005"))
+    return found
+
+
+# A project's DATABASES entries should bound a wait on a silent link (a firewall dropping packets,
+# a cut cable) as the app's own connections do (dbconn.TIMEOUT_OPTIONS), so that a scheduler
+# blocked there gives up and another node leads; and django-redis its sockets, for the Redis lease.
+# On MySQL/MariaDB the read and write timeouts bound every statement of the project, not only a
+# silent link: leave room for long ones (a migration of a big table).
+PROJECT_OVERRIDES: dict[str, dict[str, int]] = {"mysql": {"read_timeout": 60, "write_timeout": 60}}
+RECOMMENDED_REDIS_OPTIONS = {"SOCKET_CONNECT_TIMEOUT": 5, "SOCKET_TIMEOUT": 5}
+
+
+@register(Tags.database, deploy=True)
+def check_network_timeouts(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """W006 per database entry, W007 for the Redis lease's cache, that lacks the options bounding
+    a wait on a silent link."""
+    found: list[CheckMessage] = []
+    for alias, entry in settings.DATABASES.items():
+        engine = str(entry.get("ENGINE", ""))
+        vendor = next((v for v in TIMEOUT_OPTIONS if engine.endswith(v)), None)
+        if vendor is None:
+            continue
+        options = entry.get("OPTIONS") or {}
+        wanted = {**TIMEOUT_OPTIONS[vendor], **PROJECT_OVERRIDES.get(vendor, {})}
+        missing = {k: v for k, v in wanted.items() if k not in options}
+        if missing:
+            found.append(
+                Warning(
+                    f"DATABASES[{alias!r}] sets no {', '.join(missing)}: a scheduler whose link "
+                    "to the database goes silent waits until the operating system gives up "
+                    "(many minutes) instead of failing and letting another node lead.",
+                    hint=f"Add to DATABASES[{alias!r}]['OPTIONS']: {missing!r}.",
+                    id="cluster_cron.W006",
+                )
+            )
+    if backend_name() == "redis" and is_django_redis_alias(app_settings.REDIS_ALIAS):
+        alias = app_settings.REDIS_ALIAS
+        options = settings.CACHES[alias].get("OPTIONS") or {}
+        missing = {k: v for k, v in RECOMMENDED_REDIS_OPTIONS.items() if k not in options}
+        if missing:
+            found.append(
+                Warning(
+                    f"CACHES[{alias!r}] (the Redis lease) sets no {', '.join(missing)}: a "
+                    "scheduler whose link to Redis goes silent blocks on it instead of giving "
+                    "up the lease.",
+                    hint=f"Add to CACHES[{alias!r}]['OPTIONS']: {missing!r}.",
+                    id="cluster_cron.W007",
+                )
+            )
     return found

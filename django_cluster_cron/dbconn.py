@@ -8,13 +8,16 @@ record of each run — would then pay for a new connection every time. This modu
 connection per thread and alias with Django's own connection handler (the same settings, the
 same test database), outside the handler, so nothing else closes it; in autocommit, so it is
 never inside a caller's transaction. A caller that sees a database error closes it
-(:func:`close_own_connection`) and the next use reconnects.
+(:func:`close_own_connection`) and the next use reconnects. These connections bound how long
+they wait on a silent link (:data:`TIMEOUT_OPTIONS`), whatever the project's ``DATABASES`` say.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import threading
+from typing import Any
 
 from django.db import DatabaseError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -28,11 +31,49 @@ class _Own(threading.local):
 _own = _Own()
 
 
+# What the app's own connections wait for at most, on a link that went silent (packets lost, no
+# reset): connecting, and a statement whose answer never comes. Without them a process blocked on
+# such a socket stays blocked until the kernel gives up, which takes many minutes.
+CONNECT_TIMEOUT = 5  # seconds
+SILENT_LINK_TIMEOUT = 10  # seconds
+# Per database vendor: the driver options that bound those waits. PostgreSQL (libpq): TCP
+# keepalive probes from 5 s of silence, 2 s apart, 3 unanswered ones end the connection, and
+# unacknowledged data is given up after SILENT_LINK_TIMEOUT. MySQL/MariaDB (mysqlclient): read and
+# write timeouts. A value the project sets in OPTIONS is kept.
+TIMEOUT_OPTIONS: dict[str, dict[str, int]] = {
+    "postgresql": {
+        "connect_timeout": CONNECT_TIMEOUT,
+        "keepalives": 1,
+        "keepalives_idle": 5,
+        "keepalives_interval": 2,
+        "keepalives_count": 3,
+        "tcp_user_timeout": SILENT_LINK_TIMEOUT * 1000,
+    },
+    "mysql": {
+        "connect_timeout": CONNECT_TIMEOUT,
+        "read_timeout": SILENT_LINK_TIMEOUT,
+        "write_timeout": SILENT_LINK_TIMEOUT,
+    },
+}
+
+
+def with_timeouts(settings_dict: dict[str, Any], vendor: str) -> dict[str, Any]:
+    """A copy of a DATABASES entry with the options of ``TIMEOUT_OPTIONS`` it does not set."""
+    found = copy.deepcopy(settings_dict)
+    options = found.setdefault("OPTIONS", {})
+    for name, value in TIMEOUT_OPTIONS.get(vendor, {}).items():
+        options.setdefault(name, value)
+    return found
+
+
 def own_connection(alias: str) -> BaseDatabaseWrapper:
-    """This thread's own connection to ``alias``, connected and in autocommit."""
+    """This thread's own connection to ``alias``, connected and in autocommit, with bounded
+    waits on a silent link (``TIMEOUT_OPTIONS``)."""
     wrapper = _own.wrappers.get(alias)
     if wrapper is None:
         wrapper = connections.create_connection(alias)
+        # Its own copy of the settings: the ORM's connections share the original.
+        wrapper.settings_dict = with_timeouts(wrapper.settings_dict, wrapper.vendor)
         _own.wrappers[alias] = wrapper
     wrapper.ensure_connection()
     if not wrapper.get_autocommit():

@@ -118,6 +118,23 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 
 if DATABASES["default"]["ENGINE"] == "django.db.backends.mysql":
     DATABASES["default"].setdefault("OPTIONS", {})["charset"] = "utf8mb4"
+# Bounded waits on a link that goes silent, so a scheduler stuck there fails and another node
+# leads (check cluster_cron.W006 names what is missing; docs/how-to/deploy-systemd.md says why).
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {
+            "connect_timeout": 5,
+            "keepalives": 1,
+            "keepalives_idle": 5,
+            "keepalives_interval": 2,
+            "keepalives_count": 3,
+            "tcp_user_timeout": 10_000,
+        }
+    )
+if DATABASES["default"]["ENGINE"] == "django.db.backends.mysql":
+    DATABASES["default"]["OPTIONS"].update(
+        {"connect_timeout": 5, "read_timeout": 60, "write_timeout": 60}
+    )
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -198,3 +198,50 @@ def test_jobs_that_cannot_be_read_are_w004_not_a_setting_error(cron_settings, jo
     [message] = check_settings()
     assert message.id == "cluster_cron.W004"
     assert words in message.msg
+
+
+def test_a_database_without_bounded_waits_gets_w006_naming_what_to_add(settings):
+    from django_cluster_cron.checks import check_network_timeouts
+
+    entry = {"ENGINE": "django.db.backends.postgresql", "NAME": "x", "OPTIONS": {}}
+    settings.DATABASES = {**settings.DATABASES, "other": entry}
+    found = [m for m in check_network_timeouts() if m.id == "cluster_cron.W006"]
+    ours = [m for m in found if "DATABASES['other']" in m.msg]
+    assert len(ours) == 1
+    assert "tcp_user_timeout" in ours[0].msg
+    assert "'keepalives_idle': 5" in ours[0].hint
+
+
+def test_a_database_with_bounded_waits_and_sqlite_get_no_w006(settings):
+    from django_cluster_cron.checks import check_network_timeouts
+
+    bounded = {
+        "ENGINE": "django.db.backends.mysql",
+        "NAME": "x",
+        "OPTIONS": {"connect_timeout": 5, "read_timeout": 600, "write_timeout": 600},
+    }
+    sqlite = {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}
+    settings.DATABASES = {"default": sqlite, "reports": bounded}
+    assert "cluster_cron.W006" not in [m.id for m in check_network_timeouts()]
+
+
+def test_the_redis_lease_cache_without_socket_timeouts_gets_w007(settings):
+    from django_cluster_cron.checks import check_network_timeouts
+
+    settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "LEASE_BACKEND": "redis"}
+    alias = settings.CLUSTER_CRON.get("REDIS_ALIAS", "default")
+    cache = {**settings.CACHES[alias], "OPTIONS": {}}
+    settings.CACHES = {**settings.CACHES, alias: cache}
+    assert "cluster_cron.W007" in [m.id for m in check_network_timeouts()]
+    cache["OPTIONS"] = {"SOCKET_CONNECT_TIMEOUT": 5, "SOCKET_TIMEOUT": 5}
+    settings.CACHES = {**settings.CACHES, alias: cache}
+    assert "cluster_cron.W007" not in [m.id for m in check_network_timeouts()]
+
+
+def test_the_network_checks_are_deployment_checks_only():
+    from django.core import checks
+
+    from django_cluster_cron.checks import check_network_timeouts
+
+    assert check_network_timeouts in checks.registry.registry.deployment_checks
+    assert check_network_timeouts not in checks.registry.registry.registered_checks

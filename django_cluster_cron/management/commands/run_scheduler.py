@@ -13,6 +13,7 @@ from django.core.management.base import CommandError, CommandParser
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
 from django.db.migrations.executor import MigrationExecutor
 
+from django_cluster_cron.checks import check_network_timeouts
 from django_cluster_cron.conf import NODE_ID_ENV, app_settings
 from django_cluster_cron.management.base import ClusterCronCommand, port, seconds_above_zero
 from django_cluster_cron.scheduler import build_scheduler, default_node_id
@@ -105,6 +106,9 @@ class Command(ClusterCronCommand):
                 f"The database lacks {len(missing)} migration(s) this version needs "
                 f"({', '.join(missing)}); run `manage.py migrate` first."
             )
+        for warning in check_network_timeouts():
+            # A deployment check: say it where it matters, at the scheduler's start.
+            self.stderr.write(f"{warning.id}: {warning.msg}\n\tHINT: {warning.hint}")
         stop = threading.Event()
         scheduler = build_scheduler(
             node_id=options["node_id"] or default_node_id(),
