@@ -39,6 +39,7 @@ WORKLOADS = [
     "ops_scrape",
     "run_rows",
     "end_to_end",
+    "partitions",
 ]
 WORKLOAD_TIMEOUT = 3 * 3600  # a stuck workload must not hang the whole run
 
