@@ -209,7 +209,7 @@ def test_a_database_without_bounded_waits_gets_w006_naming_what_to_add(settings)
     ours = [m for m in found if "DATABASES['other']" in m.msg]
     assert len(ours) == 1
     assert "tcp_user_timeout" in ours[0].msg
-    assert "'keepalives_idle': 5" in ours[0].hint
+    assert "'keepalives_idle': 5" in str(ours[0].hint)
 
 
 def test_a_database_with_bounded_waits_and_sqlite_get_no_w006(settings):
