@@ -21,7 +21,7 @@ from ..core.timezones import available_timezones
 from ..core.timing import SlotTiming
 from ..describe import describe
 from ..models import DEFINITION_FIELDS, JobDefinition
-from ..validation import MAX_JITTER
+from ..validation import MAX_JITTER, MAX_JSON_DEPTH
 
 PREVIEW_COUNT = 10
 # Longer than any valid cron (200) or zone name; the parser reports what is wrong below that.
@@ -135,11 +135,11 @@ class JSONText(forms.JSONField):
         if isinstance(value, str) and value.strip() and not self.disabled:
             try:
                 json.loads(value)
-            except RecursionError:
+            except RecursionError:  # some Pythons read deeper than others: the same words
                 raise ValidationError(
-                    "Not valid here: lists and objects nest too deeply to read. Write %(example)s.",
+                    "Lists and objects nest more than %(depth)s levels deep. Write %(example)s.",
                     code="too_deep",
-                    params={"example": self.example},
+                    params={"depth": MAX_JSON_DEPTH, "example": self.example},
                 ) from None
             except json.JSONDecodeError as exc:
                 where = (

@@ -41,7 +41,8 @@ def loads(text: str) -> Any:
     try:
         data = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite)
     except RecursionError:
-        raise ValueError(f"it nests deeper than {MAX_BODY_DEPTH} levels") from None
+        # Some Pythons read deeper than others: the same words as the check below.
+        raise ValueError(f"it nests more than {MAX_BODY_DEPTH} levels deep") from None
     depth = json_depth(data, MAX_BODY_DEPTH)
     if depth > MAX_BODY_DEPTH:
         raise ValueError(f"it nests more than {MAX_BODY_DEPTH} levels deep")

@@ -19,6 +19,8 @@ class Health:
         self._down: dict[str, float] = {}
         # When (monotonic) each component that is down went down: the health probe reads it.
         self.down_since: dict[str, float] = {}
+        # When (monotonic) it last failed.
+        self._failed_at: dict[str, float] = {}
 
     def down(self, component: str, error: BaseException) -> float:
         """Record a failure; return how long to back off."""
@@ -30,20 +32,25 @@ class Health:
         else:
             backoff = min(backoff * 2, BACKOFF_MAX)
         self._down[component] = backoff
+        self._failed_at[component] = time.monotonic()
         return backoff
 
     def up(self, component: str) -> None:
         if self._down.pop(component, None) is not None:
             self.down_since.pop(component, None)
+            self._failed_at.pop(component, None)
             logger.warning("%s.up", component)
 
     def is_down(self, component: str) -> bool:
         return component in self._down
 
-    def down_for(self, component: str) -> float:
-        """How long (seconds) ``component`` has been down; 0 while it is up."""
+    def failing_for(self, component: str) -> float:
+        """From the first failure of ``component``'s current outage to its latest (seconds): how
+        long it has been seen failing, by evidence; 0 while it is up."""
         since = self.down_since.get(component)
-        return 0.0 if since is None else time.monotonic() - since
+        if since is None:
+            return 0.0
+        return self._failed_at.get(component, since) - since
 
 
 def one_line(error: BaseException) -> str:

@@ -10,11 +10,12 @@
         │   fenced, or shutdown ─ release the lease    │
         └──────────────────────────────────────────────┘
 
-A standby only tries to take the lease, and only while it can reach the database: a node whose
-last statement failed first checks the database is back, so it never holds a lease it could not
-use while a standby that can use it waits. Taking it is not enough to lead: the term also needs its
-fencing epoch in the database (:class:`~django_cluster_cron.ledger.fence.Fence`; the database
-lease's acquiring UPDATE bumps it, after a Redis or in-memory lease the term bumps it itself).
+A standby only tries to take the lease, and only while it can reach the database and the broker:
+a node whose last statement or publish failed first checks that one is back, so it never holds
+a lease it could not use while a standby that can use it waits. Taking it is not enough to lead:
+the term also needs its fencing epoch in the database
+(:class:`~django_cluster_cron.ledger.fence.Fence`; the database lease's acquiring UPDATE bumps
+it, after a Redis or in-memory lease the term bumps it itself).
 Every write the leader makes is fenced by that epoch, so a term that ended without this node
 knowing (a long pause) cannot write anything.
 
@@ -60,6 +61,7 @@ class Term:
         on_released: Callable[[], object],
         on_database_error: Callable[[], object],
         reach_database: Callable[[], object] = database_now,
+        reach_broker: Callable[[], object] | None = None,
     ) -> None:
         self.node_id = node_id
         self.lease = lease
@@ -71,6 +73,7 @@ class Term:
         self._on_released = on_released
         self._on_database_error = on_database_error
         self._reach_database = reach_database
+        self._reach_broker = reach_broker
         # The current term's fence (None while standing by).
         self.fence: Fence | None = None
         # When (monotonic) the next renewal is due, and until when the lease is surely ours.
@@ -94,15 +97,21 @@ class Term:
     def try_lead(self, poll_interval: float) -> float:
         """Take the lease and the epoch if they are free; how long to wait before trying again
         (0 once leading)."""
+        # A node that could not reach the database or the broker leads only once it can again,
+        # or it would hold a lease it cannot use while a standby that can use it waits.
         if self.health.is_down("db"):
-            # This node could not reach the database: lead only once it can again, or it would
-            # hold the lease it cannot use while a standby that can waits.
             try:
                 self._reach_database()
             except DatabaseError as exc:
                 self._on_database_error()
                 return self.health.down("db", exc)
             self.health.up("db")
+        if self.health.is_down("broker") and self._reach_broker is not None:
+            try:
+                self._reach_broker()
+            except Exception as exc:  # whatever the broker's client raises: it is not there
+                return self.health.down("broker", exc)
+            self.health.up("broker")
         # The lease's TTL runs from when its backend set it, which is after this instant: dating
         # its validity from here errs on the safe side (a slow reply shortens it, never extends).
         started = time.monotonic()

@@ -17,9 +17,10 @@ and publish what is due and record ahead what will be, batch by batch; sweep whe
 sleep until the earliest of the next due slot, the next renewal, the next sweep or a change
 signal. Outages of the lease's backend, the database or the broker are logged once per state
 change and retried with backoff; nothing is dispatched without a current lease and epoch. A
-leader that cannot reach the database for ``RESIGN_AFTER`` gives the lease up (another node may
-reach it), and no node takes the lease before it has reached the database again, so an outage
-for everyone leaves the lease free instead of passing it around.
+leader whose statements or publishes keep failing for ``RESIGN_AFTER`` gives the lease up
+(another node may reach the database or the broker), and no node takes the lease before it has
+reached again what failed it, so an outage for everyone leaves the lease free instead of passing
+it around.
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ from .sweeps import Sweeps
 
 logger = logging.getLogger("django_cluster_cron.scheduler")
 
-# A leader whose statements have failed this long (seconds; a few retries) gives the lease up.
+# A leader whose statements, or publishes, have kept failing this long (seconds: from the first
+# failure to the latest) gives the lease up.
 RESIGN_AFTER = 1.0
 # A first guess of how long recording one batch takes, until one has been measured.
 BATCH_SECONDS_GUESS = 0.05
@@ -103,6 +105,7 @@ class Scheduler:
             on_end=self._term_ended,
             on_released=lambda: self.coordination.changes.publish("lease:released"),
             on_database_error=_reset_connections,
+            reach_broker=getattr(dispatcher, "reach", None),
         )
         self.lateness = Lateness()
         self.publisher = Publisher(
@@ -271,12 +274,16 @@ class Scheduler:
         except DatabaseError as exc:
             _reset_connections()
             backoff = self.health.down("db", exc)
-            if self.is_leader and self.health.down_for("db") >= RESIGN_AFTER:
+            if self.is_leader and self.health.failing_for("db") >= RESIGN_AFTER:
                 # The database is out of this node's reach, maybe not of the others': give the
                 # lease up so one of them leads. It leads again only once it reaches the database.
                 self.term.release("database unreachable")
             return backoff
         self.health.up("db")
+        if self.is_leader and self.health.failing_for("broker") >= RESIGN_AFTER:
+            # Its runs stay pending for the next leader, which may reach the broker.
+            self.term.release("broker unreachable")
+            return self.poll_interval
         return self._sleep_for(next_due)
 
     def _term_ended(self) -> None:

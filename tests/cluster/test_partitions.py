@@ -19,33 +19,23 @@ from django_cluster_cron.models import JobRun
 from tests.conftest import database_url
 from tests.support.cluster import TTL, assert_every_slot_once, every_second_job
 from tests.support.leases import LEASES
-from tests.support.netfault import FaultyLink
+from tests.support.netfault import FaultyLink, url_through
 from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.parametrize("lease_kind", LEASES)]
 
-DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306}
-
 
 @pytest.fixture
-def links():
-    """``links()``: a new cut-able link to the test database; all are closed after the test."""
-    if connection.vendor not in DEFAULT_PORTS:
-        pytest.skip(f"a {connection.vendor} database is not reached over TCP: no link to cut")
-    port = int(connection.settings_dict.get("PORT") or DEFAULT_PORTS[connection.vendor])
-    made: list[FaultyLink] = []
-
-    def make() -> FaultyLink:
-        made.append(FaultyLink(port))
-        return made[-1]
-
-    yield make
-    for link in made:
-        link.close()
+def db_link(links):
+    """``db_link()``: a new cut-able link to the test database."""
+    if connection.vendor == "sqlite":
+        pytest.skip("a SQLite database is a file: there is no link to cut")
+    url = database_url(connection.settings_dict)
+    return lambda: links(url)
 
 
 def through(link: FaultyLink) -> str:
-    return database_url({**connection.settings_dict, "PORT": link.port})
+    return url_through(database_url(connection.settings_dict), link)
 
 
 def sent_by(node: str, job, after=None) -> bool:
@@ -61,9 +51,9 @@ def _catch_up_every_slot(cluster):
     cluster.settings["CATCHUP_CAP"] = 1000
 
 
-def test_a_leader_cut_off_from_the_database_gives_way_to_a_standby(cluster, links):
+def test_a_leader_cut_off_from_the_database_gives_way_to_a_standby(cluster, db_link):
     job = every_second_job()
-    link = links()
+    link = db_link()
     cluster.start("a", DATABASE_URL=through(link))
     wait_for(lambda: sent_by("a", job), 60, "node a leading", detail=lambda: cluster.log("a"))
     cluster.start("b")
@@ -97,9 +87,9 @@ def test_a_leader_cut_off_from_the_database_gives_way_to_a_standby(cluster, link
     assert_every_slot_once(job)
 
 
-def test_with_the_database_out_of_every_nodes_reach_no_node_takes_the_lease(cluster, links):
+def test_with_the_database_out_of_every_nodes_reach_no_node_takes_the_lease(cluster, db_link):
     job = every_second_job()
-    first, second = links(), links()
+    first, second = db_link(), db_link()
     cluster.start("a", DATABASE_URL=through(first))
     wait_for(lambda: sent_by("a", job), 60, "node a leading", detail=lambda: cluster.log("a"))
     cluster.start("b", DATABASE_URL=through(second))
@@ -139,9 +129,9 @@ def test_with_the_database_out_of_every_nodes_reach_no_node_takes_the_lease(clus
     assert_every_slot_once(job)
 
 
-def test_a_leader_whose_database_link_goes_silent_is_replaced(cluster, links):
+def test_a_leader_whose_database_link_goes_silent_is_replaced(cluster, db_link):
     job = every_second_job()
-    link = links()
+    link = db_link()
     cluster.start("a", DATABASE_URL=through(link))
     wait_for(lambda: sent_by("a", job), 60, "node a leading", detail=lambda: cluster.log("a"))
     cluster.start("b")

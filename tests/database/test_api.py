@@ -518,7 +518,7 @@ def test_a_body_too_deep_or_not_json_is_a_400_not_a_500(admin):
             assert response.status_code == 400, (body[:30], response.content[:300])
             assert "not JSON the API can read" in response.json()["detail"]
     deep = raw(admin, "post", f"{API}/jobs/", '{"args": ' + "[" * 5000 + "]" * 5000 + "}")
-    assert "nests deeper than 200 levels" in deep.json()["detail"]
+    assert "nests more than 200 levels deep" in deep.json()["detail"]
 
 
 def test_values_no_database_or_reply_can_hold_are_refused_on_their_field(admin):

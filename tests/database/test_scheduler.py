@@ -238,6 +238,39 @@ def test_runs_stay_pending_while_the_broker_is_down_and_the_outbox_sends_them_la
     assert {task_id for task_id, _ in pending} <= sent
 
 
+def test_a_leader_that_cannot_publish_gives_the_lease_up_and_leads_again_once_it_can(
+    make_scheduler, redis_client, settings
+):
+    from celery import Celery
+
+    clock = Clock(dj_timezone.now())
+    dead = Celery("dead", broker="redis://127.0.0.1:1/0", set_as_current=False)
+    dead.conf.broker_connection_timeout = 0.5
+    job("every-second", cron="* * * * * *", catchup_policy="all")
+    cut_off = make_scheduler("node-a", clock, dispatcher=CeleryDispatcher(dead))
+    cut_off.step()
+    assert cut_off.is_leader  # one failed publish is not yet a reason to go
+
+    def stepped_down() -> bool:
+        clock.advance(1)  # a new slot to publish each pass: fresh evidence
+        cut_off.step()
+        return not cut_off.is_leader
+
+    wait_for(stepped_down, 30, "the leader giving the lease up after a second of failures")
+    # While its broker stays out of reach it does not take the free lease again.
+    for _ in range(3):
+        cut_off.step()
+        assert not cut_off.is_leader
+    # A node that reaches the broker leads, and sends what the first one could not.
+    healthy = make_scheduler("node-b", clock)
+    healthy.step()
+    assert healthy.is_leader
+    pending = JobRun.objects.filter(status=RunStatus.PENDING, scheduled_for__lte=clock.now)
+    wait_for(lambda: (healthy.step(), not pending.exists())[1], 30, "the pending runs sent")
+    sent = {m["headers"]["id"] for m in queued_messages(redis_client)}
+    assert set(JobRun.objects.values_list("task_id", flat=True)) <= sent
+
+
 def change_backend(settings, kind):
     settings.CLUSTER_CRON = {
         **settings.CLUSTER_CRON,

@@ -19,6 +19,10 @@ import contextlib
 import socket
 import struct
 import threading
+from collections.abc import Callable, Iterator
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
 
 PASS, SILENT, REFUSED = "pass", "silent", "refused"
 
@@ -133,3 +137,35 @@ def _reset(sock: socket.socket) -> None:
         sock.shutdown(socket.SHUT_RDWR)
     with contextlib.suppress(OSError):
         sock.close()
+
+
+# -- for tests --------------------------------------------------------------------------------
+
+DEFAULT_PORTS = {"postgres": 5432, "postgresql": 5432, "mysql": 3306, "redis": 6379}
+
+
+def port_of(url: str) -> int:
+    """The TCP port a service URL names (its scheme's default when it names none)."""
+    parts = urlsplit(url)
+    return parts.port or DEFAULT_PORTS[parts.scheme]
+
+
+def url_through(url: str, link: FaultyLink) -> str:
+    """``url`` with its host and port replaced by ``link``'s."""
+    parts = urlsplit(url)
+    auth = parts.netloc.rsplit("@", 1)[0] + "@" if "@" in parts.netloc else ""
+    return urlunsplit(parts._replace(netloc=f"{auth}127.0.0.1:{link.port}"))
+
+
+@pytest.fixture
+def links() -> Iterator[Callable[[str], FaultyLink]]:
+    """``links(url)``: a new cut-able link to the server of ``url``; all closed after the test."""
+    made: list[FaultyLink] = []
+
+    def make(url: str) -> FaultyLink:
+        made.append(FaultyLink(port_of(url)))
+        return made[-1]
+
+    yield make
+    for link in made:
+        link.close()

@@ -56,6 +56,12 @@ class CeleryDispatcher:
         self.pipeline = pipeline
         self._own_task = own_task
 
+    def reach(self) -> None:
+        """Connect to the broker once; raises what the connection raises. A scheduler that saw
+        the broker fail checks this before it takes the lease again."""
+        with self.app.connection_for_write() as connection:
+            connection.ensure_connection(max_retries=0)
+
     def own_task(self) -> bool:
         if self._own_task is not None:
             return self._own_task

@@ -1,0 +1,116 @@
+"""Real `run_scheduler` processes whose link to the broker is cut, with the database lease (so
+Redis is only the broker here; with the Redis lease a cut Redis link is the lease's own, see
+test_partitions.py): a leader that cannot publish gives way to a node that can, and when no node
+can, the lease is left alone instead of passed around. Each slot is recorded exactly once.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from django_cluster_cron.dbtime import database_now
+from django_cluster_cron.models import JobRun
+from tests.support.cluster import TTL, assert_every_slot_once, every_second_job
+from tests.support.netfault import url_through
+from tests.support.waiting import wait_for
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture
+def lease_kind():
+    return "database"
+
+
+@pytest.fixture(autouse=True)
+def _catch_up_every_slot(cluster):
+    cluster.settings["CATCHUP_CAP"] = 1000
+
+
+def sent_by(node: str, job, after=None) -> bool:
+    runs = JobRun.objects.filter(job=job, dispatched_by=node, queued_at__isnull=False)
+    if after is not None:
+        runs = runs.filter(scheduled_for__gt=after)
+    return bool(runs.exists())
+
+
+def test_a_leader_cut_off_from_the_broker_gives_way_to_a_standby(cluster, links):
+    job = every_second_job()
+    url = cluster.env["REDIS_URL"]
+    link = links(url)
+    cluster.start("a", REDIS_URL=url_through(url, link))
+    wait_for(lambda: sent_by("a", job), 60, "node a leading", detail=lambda: cluster.log("a"))
+    cluster.start("b")
+    cluster.wait_standby("b")
+
+    link.refuse()
+    cut = database_now()
+    wait_for(
+        lambda: sent_by("b", job, after=cut),
+        30 * TTL,
+        "node b dispatching while node a cannot reach the broker",
+        detail=lambda: cluster.log("a")[-3000:],
+    )
+    log = cluster.log("a")
+    assert "broker.down" in log
+    assert "reason=broker unreachable" in log, log[-3000:]
+    # Still cut off, a stays a standby: it does not take a lease it could not use.
+    later = database_now()
+    wait_for(lambda: sent_by("b", job, after=later), 60, "node b still dispatching")
+    assert "lease.acquired node=a" not in cluster.log("a").split("reason=broker unreachable")[1]
+
+    link.heal()
+    healed = database_now()
+    wait_for(
+        lambda: JobRun.objects.filter(job=job, scheduled_for__gt=healed).count() >= 3,
+        60,
+        "3 slots after the link healed",
+    )
+    cluster.stop_all()
+    assert_every_slot_once(job)
+
+
+def test_with_the_broker_out_of_every_nodes_reach_the_lease_settles(cluster, links):
+    job = every_second_job()
+    url = cluster.env["REDIS_URL"]
+    first, second = links(url), links(url)
+    cluster.start("a", REDIS_URL=url_through(url, first))
+    wait_for(lambda: sent_by("a", job), 60, "node a leading", detail=lambda: cluster.log("a"))
+    cluster.start("b", REDIS_URL=url_through(url, second))
+    cluster.wait_standby("b")
+
+    first.refuse()
+    second.refuse()
+    # Each node may lead once more and find it cannot publish; then neither takes the lease.
+    def both_gave_up() -> bool:
+        return all("reason=broker unreachable" in cluster.log(node) for node in ("a", "b"))
+
+    wait_for(
+        both_gave_up,
+        60,
+        "nodes a and b giving the lease up",
+        detail=lambda: cluster.log("a")[-2000:] + cluster.log("b")[-2000:],
+    )
+    settled = cluster.log("a"), cluster.log("b")
+    watched = database_now()
+    wait_for(lambda: (database_now() - watched).total_seconds() > 4 * TTL, 60, "four TTLs")
+    for node, before in zip(("a", "b"), settled, strict=True):
+        during = cluster.log(node)[len(before) :]
+        assert "lease.acquired" not in during, during
+
+    first.heal()
+    second.heal()
+    healed = database_now()
+    wait_for(
+        lambda: (
+            JobRun.objects.filter(
+                job=job, scheduled_for__gt=healed, queued_at__isnull=False
+            ).count()
+            >= 3
+        ),
+        60,
+        "dispatch after the broker came back",
+        detail=lambda: cluster.log("a")[-2000:] + cluster.log("b")[-2000:],
+    )
+    cluster.stop_all()
+    assert_every_slot_once(job)
