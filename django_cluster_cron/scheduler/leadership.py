@@ -42,6 +42,10 @@ from .health import Health
 
 logger = logging.getLogger("django_cluster_cron.scheduler")
 
+# A node that gave the lease up because it could not publish leaves it this many lease TTLs to a
+# node that can, before it leads again without the broker; the wait doubles each time up to MAX.
+BROKER_PATIENCE = 3
+BROKER_PATIENCE_MAX = 30
 # What each lease backend's outage is logged as (``redis.down``, ``db.down``).
 DEPENDENCY = {"redis": "redis", "database": "db"}
 
@@ -74,6 +78,10 @@ class Term:
         self._on_database_error = on_database_error
         self._reach_database = reach_database
         self._reach_broker = reach_broker
+        # After giving the lease up for the broker: how long to leave it to a node that reaches
+        # the broker before this one tries again without it (doubles each time, up to a cap).
+        self._broker_patience = lease.ttl * BROKER_PATIENCE
+        self._broker_wait_until = 0.0
         # The current term's fence (None while standing by).
         self.fence: Fence | None = None
         # When (monotonic) the next renewal is due, and until when the lease is surely ours.
@@ -110,8 +118,21 @@ class Term:
             try:
                 self._reach_broker()
             except Exception as exc:  # whatever the broker's client raises: it is not there
-                return self.health.down("broker", exc)
-            self.health.up("broker")
+                backoff = self.health.down("broker", exc)
+                if time.monotonic() < self._broker_wait_until:
+                    return backoff
+                # Long enough for a node that reaches the broker to have led: none did, so the
+                # broker is likely down for all. Lead without it (runs wait in the ledger for
+                # it), and give up the lease again after a second: wait longer next time.
+                logger.warning(
+                    "lease.trying_without_broker node=%s: no node reached the broker for %.0fs",
+                    self.node_id,
+                    self._broker_patience,
+                )
+                self.hold_off_broker()
+            else:
+                self.health.up("broker")
+                self._broker_patience = self.lease.ttl * BROKER_PATIENCE
         # The lease's TTL runs from when its backend set it, which is after this instant: dating
         # its validity from here errs on the safe side (a slow reply shortens it, never extends).
         started = time.monotonic()
@@ -197,6 +218,12 @@ class Term:
             reason,
             released,
         )
+
+    def hold_off_broker(self) -> None:
+        """This node cannot reach the broker: leave the lease to the others for a while, longer
+        each time, so that a broker down for every node does not pass the lease around."""
+        self._broker_wait_until = time.monotonic() + self._broker_patience
+        self._broker_patience = min(self._broker_patience * 2, self.lease.ttl * BROKER_PATIENCE_MAX)
 
     def report_epoch_change(self, row_epoch: int | None) -> None:
         """The leader row no longer names this term: say what happened when it went back."""

@@ -281,8 +281,10 @@ class Scheduler:
             return backoff
         self.health.up("db")
         if self.is_leader and self.health.failing_for("broker") >= RESIGN_AFTER:
-            # Its runs stay pending for the next leader, which may reach the broker.
+            # Its runs stay pending for the next leader, which may reach the broker; this node
+            # leaves the lease to such a node for a while (longer each time).
             self.term.release("broker unreachable")
+            self.term.hold_off_broker()
             return self.poll_interval
         return self._sleep_for(next_due)
 
