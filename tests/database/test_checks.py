@@ -161,6 +161,7 @@ def test_no_configured_celery_app_is_w002(settings):
     assert check_settings() == []  # the project's app is current again
 
 
+@pytest.mark.django_db  # `check` runs the model checks, which may ask the database its features
 def test_a_bad_declared_job_is_a_warning_so_every_command_still_runs(cron_settings):
     """An error would stop run_scheduler, migrate and sync_jobs at their checks: one typo in
     one declaration would stop every job. The sync leaves that one out instead."""
