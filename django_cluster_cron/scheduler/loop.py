@@ -18,9 +18,10 @@ sleep until the earliest of the next due slot, the next renewal, the next sweep 
 signal. Outages of the lease's backend, the database or the broker are logged once per state
 change and retried with backoff; nothing is dispatched without a current lease and epoch. A
 leader whose statements or publishes keep failing for ``RESIGN_AFTER`` gives the lease up
-(another node may reach the database or the broker), and no node takes the lease before it has
-reached again what failed it, so an outage for everyone leaves the lease free instead of passing
-it around.
+(another node may reach the database or the broker). A node takes the lease only once it reaches
+the database again; after the broker failed it, once it reaches the broker or after leaving the
+lease to the others for a while, longer each time (see the term). An outage for everyone thus
+does not pass the lease around.
 """
 
 from __future__ import annotations
