@@ -30,7 +30,6 @@ import sys
 import time
 from datetime import datetime, timedelta
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import _procs
 from _env import boot
@@ -44,20 +43,6 @@ FAULTS = [
 ]
 LEASES = ["redis", "database"]
 NODES = ("a", "b", "c")
-
-
-def with_port(url: str, port: int) -> str:
-    parts = urlsplit(url)
-    host = parts.hostname or "127.0.0.1"
-    auth = parts.netloc.rsplit("@", 1)[0] + "@" if "@" in parts.netloc else ""
-    return urlunsplit(parts._replace(netloc=f"{auth}{host}:{port}"))
-
-
-def default_port(url: str) -> int:
-    parts = urlsplit(url)
-    if parts.port:
-        return parts.port
-    return {"postgres": 5432, "postgresql": 5432, "mysql": 3306, "redis": 6379}[parts.scheme]
 
 
 def clean() -> None:
@@ -110,7 +95,7 @@ def standing_by(nodes: list[str]) -> bool:
 
 def one_round(env: dict[str, str], lease: str, server: str, mode: str, fault: float) -> dict:
     from django_cluster_cron.models import JobRun, RunStatus
-    from tests.support.netfault import FaultyLink
+    from tests.support.netfault import FaultyLink, port_of, url_through
     from tests.testapp.models import Execution
 
     clean()
@@ -118,8 +103,8 @@ def one_round(env: dict[str, str], lease: str, server: str, mode: str, fault: fl
     db_url, redis_url = env["DATABASE_URL"], env["REDIS_URL"]
     links = {
         node: {
-            "database": FaultyLink(default_port(db_url)),
-            "redis": FaultyLink(default_port(redis_url)),
+            "database": FaultyLink(port_of(db_url)),
+            "redis": FaultyLink(port_of(redis_url)),
         }
         for node in NODES
     }
@@ -130,8 +115,8 @@ def one_round(env: dict[str, str], lease: str, server: str, mode: str, fault: fl
         for node in NODES:
             node_env = dict(
                 env,
-                DATABASE_URL=with_port(db_url, links[node]["database"].port),
-                REDIS_URL=with_port(redis_url, links[node]["redis"].port),
+                DATABASE_URL=url_through(db_url, links[node]["database"]),
+                REDIS_URL=url_through(redis_url, links[node]["redis"]),
             )
             procs[node] = _procs.start_ours(node_env, node, settings=settings)
             if node == NODES[0]:

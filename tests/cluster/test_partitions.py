@@ -17,7 +17,7 @@ from django.db import connection
 from django_cluster_cron.dbtime import database_now
 from django_cluster_cron.models import JobRun
 from tests.conftest import database_url
-from tests.support.cluster import TTL, assert_every_slot_once, every_second_job
+from tests.support.cluster import TTL, assert_every_slot_once, every_second_job, sent_by
 from tests.support.leases import LEASES
 from tests.support.netfault import FaultyLink, url_through
 from tests.support.waiting import wait_for
@@ -36,13 +36,6 @@ def db_link(links):
 
 def through(link: FaultyLink) -> str:
     return url_through(database_url(connection.settings_dict), link)
-
-
-def sent_by(node: str, job, after=None) -> bool:
-    runs = JobRun.objects.filter(job=job, dispatched_by=node, queued_at__isnull=False)
-    if after is not None:
-        runs = runs.filter(scheduled_for__gt=after)
-    return bool(runs.exists())
 
 
 @pytest.fixture(autouse=True)

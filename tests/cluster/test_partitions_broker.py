@@ -11,7 +11,7 @@ import pytest
 
 from django_cluster_cron.dbtime import database_now
 from django_cluster_cron.models import JobRun
-from tests.support.cluster import TTL, assert_every_slot_once, every_second_job
+from tests.support.cluster import TTL, assert_every_slot_once, every_second_job, sent_by
 from tests.support.netfault import url_through
 from tests.support.waiting import wait_for
 
@@ -26,13 +26,6 @@ def lease_kind():
 @pytest.fixture(autouse=True)
 def _catch_up_every_slot(cluster):
     cluster.settings["CATCHUP_CAP"] = 1000
-
-
-def sent_by(node: str, job, after=None) -> bool:
-    runs = JobRun.objects.filter(job=job, dispatched_by=node, queued_at__isnull=False)
-    if after is not None:
-        runs = runs.filter(scheduled_for__gt=after)
-    return bool(runs.exists())
 
 
 def test_a_leader_cut_off_from_the_broker_gives_way_to_a_standby(cluster, links):

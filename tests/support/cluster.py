@@ -46,6 +46,16 @@ def every_second_job(name: str = "tick", **fields: Any) -> Any:
     return job
 
 
+def sent_by(node: str, job: Any, after: datetime | None = None) -> bool:
+    """Whether scheduler ``node`` has sent a run of ``job`` (one due after ``after``, if given)."""
+    from django_cluster_cron.models import JobRun
+
+    runs = JobRun.objects.filter(job=job, dispatched_by=node, queued_at__isnull=False)
+    if after is not None:
+        runs = runs.filter(scheduled_for__gt=after)
+    return bool(runs.exists())
+
+
 def assert_every_slot_once(job: Any) -> list[datetime]:
     """Every second from the first recorded slot to the last has one run, and none is missed."""
     from django_cluster_cron.models import JobRun, RunStatus
