@@ -36,8 +36,8 @@ class NodeReports(Protocol):
     #: How often a scheduler node reports, seconds.
     interval: float
 
-    def report(self, node_id: str, payload: dict[str, Any], ttl: float) -> None:
-        """Publish a node's status for ``ttl`` seconds. Never raises."""
+    def report(self, node_id: str, payload: dict[str, Any], ttl: float) -> bool:
+        """Publish a node's status for ``ttl`` seconds; whether it was written. Never raises."""
         ...
 
     def reports(self) -> list[dict[str, Any]]:
@@ -53,13 +53,15 @@ class RedisReports:
     def __init__(self, place: RedisBackend) -> None:
         self.place = place
 
-    def report(self, node_id: str, payload: dict[str, Any], ttl: float) -> None:
+    def report(self, node_id: str, payload: dict[str, Any], ttl: float) -> bool:
         try:
             self.place.client.set(
                 self.place.key(f"node:{node_id}"), json.dumps(payload), px=max(1, round(ttl * 1000))
             )
         except Exception as exc:  # a status report must never disturb the scheduler
             logger.debug("status.report_failed error=%s", exc)
+            return False
+        return True
 
     def reports(self) -> list[dict[str, Any]]:
         import redis
@@ -89,7 +91,7 @@ class DatabaseReports:
     interval = 5.0
     _pruned_at = 0.0
 
-    def report(self, node_id: str, payload: dict[str, Any], ttl: float) -> None:
+    def report(self, node_id: str, payload: dict[str, Any], ttl: float) -> bool:
         from ..models import NodeReport
 
         try:
@@ -110,6 +112,8 @@ class DatabaseReports:
                 NodeReport.objects.filter(expires_at__lt=gone).delete()
         except DatabaseError as exc:  # a status report must never disturb the scheduler
             logger.debug("status.report_failed error=%s", exc)
+            return False
+        return True
 
     def reports(self) -> list[dict[str, Any]]:
         from ..models import NodeReport
@@ -133,9 +137,10 @@ class MemoryReports:
         self._lock = threading.Lock()
         self._reports: dict[str, tuple[float, dict[str, Any]]] = {}
 
-    def report(self, node_id: str, payload: dict[str, Any], ttl: float) -> None:
+    def report(self, node_id: str, payload: dict[str, Any], ttl: float) -> bool:
         with self._lock:
             self._reports[node_id] = (self.clock() + ttl, dict(payload))
+        return True
 
     def reports(self) -> list[dict[str, Any]]:
         with self._lock:

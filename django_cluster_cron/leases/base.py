@@ -127,3 +127,8 @@ class LeaseBackend(Protocol):
     def force_release(self, name: str) -> bool:
         """Free ``name`` whoever holds it (an operator's last resort); True if it was held."""
         ...
+
+    def release_held_by(self, name: str, token: str) -> bool:
+        """Free ``name`` if the owner ``token`` holds it (never another holder's); True if this
+        call freed it. For a holder that gave its lease up where it could still write."""
+        ...

@@ -13,10 +13,15 @@ conditional UPDATE:
 * **renew** matches only while the row holds our token and has not expired.
 * **release** matches only while the row holds our token, and clears token and validity.
 
-No advisory locks (they live and die with one connection) and no row lock held longer than one
-statement. The statements run on a connection of the lease's own, in autocommit: a cluster lock
-taken inside the caller's ``transaction.atomic()`` is visible to other hosts at once and is not
-undone by the caller's rollback.
+No row lock is held longer than one statement, and no advisory lock decides who holds a lease
+(they live and die with one connection). The statements run on a connection of the lease's own,
+in autocommit: a cluster lock taken inside the caller's ``transaction.atomic()`` is visible to
+other hosts at once and is not undone by the caller's rollback.
+
+Early takeover (the ``leader`` lease only, PostgreSQL and MySQL/MariaDB): its holder also holds a
+session lock that says whether its connection still exists (:mod:`.witness`). A standby that
+finds the row held by another token while that lock is free takes the row over at once, epoch
+bumped, instead of waiting for the TTL: the holder was killed or its link reset.
 
 Repairs: a row edited by hand is never trusted into a second holder. An empty token is free. A
 ``valid_until`` further ahead than the holder's own TTL (``ttl`` is stored with it) can only come
@@ -45,7 +50,8 @@ from django.db.models.sql.subqueries import InsertQuery, UpdateQuery
 
 from ..dbconn import close_own_connection, own_connection, own_wrapper
 from ..dbtime import DbNow, as_utc
-from .base import HeldLease, LeaseUnavailable, OwnedLease
+from . import witness
+from .base import LEADER, HeldLease, LeaseUnavailable, OwnedLease, node_of
 
 __all__ = ["DatabaseBackend", "DatabaseLease"]
 
@@ -172,6 +178,11 @@ def live_q(now: Any = None) -> Q:
 class DatabaseLease(OwnedLease):
     """A lease on one ``SchedulerLease`` row, owned by one process through a fresh token."""
 
+    def __init__(self, name: str, node_id: str, ttl: float) -> None:
+        super().__init__(name, node_id, ttl)
+        # Leadership is taken over early from a holder whose session ended (see the module doc).
+        self.witnessed = name == LEADER
+
     def _run(
         self, what: str, action: Callable[[BaseDatabaseWrapper], T], *, writes: bool = True
     ) -> T:
@@ -193,13 +204,38 @@ class DatabaseLease(OwnedLease):
                 "token": self.token,
             }
             if _update(connection, target, values):
-                return True
-            if _select(connection, Q(name=self.name), ["pk"]):
+                return self._held(connection)
+            rows = _select(connection, Q(name=self.name), ["token"])
+            if not rows:
+                _insert_missing(connection, self.name)
+                return bool(_update(connection, target, values)) and self._held(connection)
+            holder = str(rows[0][0])
+            if not (self.witnessed and witness.supported(connection)):
                 return False
-            _insert_missing(connection, self.name)
-            return bool(_update(connection, target, values))
+            if not witness.is_free(connection, self.name):
+                return False
+            # The row is held, but no session holds its witness: the holder's connection ended.
+            if not _update(connection, Q(name=self.name, token=holder), values):
+                return False  # another standby was first, or the holder renewed meanwhile
+            logger.info(
+                "lease.taken_over name=%s from=%s node=%s: the holder's database session ended",
+                self.name,
+                node_of(holder),
+                self.node_id,
+            )
+            return self._held(connection)
 
         return self._run("acquiring", acquire)
+
+    def _held(self, connection: BaseDatabaseWrapper) -> bool:
+        """The row is ours: hold its witness too (when it has one). Always True."""
+        if self.witnessed and witness.supported(connection):
+            witness.hold(connection, self.name)
+        return True
+
+    def _let_go(self, connection: BaseDatabaseWrapper) -> None:
+        if self.witnessed and witness.supported(connection):
+            witness.let_go(connection, self.name)
 
     def renew(self, ttl: float | None = None) -> bool:
         seconds = self.ttl if ttl is None else ttl
@@ -207,14 +243,16 @@ class DatabaseLease(OwnedLease):
             return self.release()
         delta = timedelta(seconds=seconds)
         mine = Q(name=self.name, token=self.token) & live_q()
-        return bool(
-            self._run(
-                "renewing",
-                lambda c: _update(
-                    c, mine, {"valid_until": DbNow() + Value(delta), "ttl": max(delta, self._ttl)}
-                ),
-            )
-        )
+
+        def renew(connection: BaseDatabaseWrapper) -> bool:
+            values = {"valid_until": DbNow() + Value(delta), "ttl": max(delta, self._ttl)}
+            if _update(connection, mine, values):
+                # Held again if this is a new connection (the last one failed and was closed).
+                return self._held(connection)
+            self._let_go(connection)
+            return False
+
+        return self._run("renewing", renew)
 
     @property
     def _ttl(self) -> timedelta:
@@ -222,10 +260,13 @@ class DatabaseLease(OwnedLease):
 
     def release(self) -> bool:
         mine = Q(name=self.name, token=self.token)
-        freed = self._run(
-            "releasing", lambda c: _update(c, mine, {"valid_until": None, "token": ""})
-        )
-        return bool(freed)
+
+        def release(connection: BaseDatabaseWrapper) -> bool:
+            freed = bool(_update(connection, mine, {"valid_until": None, "token": ""}))
+            self._let_go(connection)
+            return freed
+
+        return self._run("releasing", release)
 
     def holder(self) -> str | None:
         rows = self._run(
@@ -293,9 +334,16 @@ class DatabaseBackend:
         ]
 
     def force_release(self, name: str) -> bool:
+        return self._free(name, Q())
+
+    def release_held_by(self, name: str, token: str) -> bool:
+        return self._free(name, Q(token=token))
+
+    def _free(self, name: str, held: Q) -> bool:
+        filters = Q(name=name) & held & live_q()
         return bool(
             self._run(
                 f"releasing {name!r}",
-                lambda c: _update(c, Q(name=name) & live_q(), {"valid_until": None, "token": ""}),
+                lambda c: _update(c, filters, {"valid_until": None, "token": ""}),
             )
         )

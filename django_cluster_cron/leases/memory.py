@@ -107,3 +107,11 @@ class MemoryLeaseBackend:
     def force_release(self, name: str) -> bool:
         with self.lock:
             return self.live(name) is not None and self.entries.pop(name, None) is not None
+
+    def release_held_by(self, name: str, token: str) -> bool:
+        with self.lock:
+            entry = self.live(name)
+            if entry is None or entry.token != token:
+                return False
+            del self.entries[name]
+            return True

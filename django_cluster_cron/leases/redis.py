@@ -270,6 +270,11 @@ class RedisBackend:
         with redis_errors(f"releasing {name!r}"):
             return bool(self.client.delete(self.key(name)))
 
+    def release_held_by(self, name: str, token: str) -> bool:
+        client = self.client
+        with redis_errors(f"releasing {name!r}"):
+            return bool(_scripts_for(client).release(keys=[self.key(name)], args=[token]))
+
 
 def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)

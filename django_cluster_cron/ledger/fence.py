@@ -56,10 +56,33 @@ class Fence:
         with transaction.atomic():
             SchedulerLease.objects.get_or_create(name=LEADER)
             SchedulerLease.objects.filter(name=LEADER).update(
-                epoch=F("epoch") + 1, holder=node_id, token=token, acquired_at=DbNow()
+                epoch=F("epoch") + 1,
+                holder=node_id,
+                token=token,
+                acquired_at=DbNow(),
+                handed_over_at=None,
             )
             epoch = SchedulerLease.objects.filter(name=LEADER).values_list("epoch", flat=True)
             return cls(int(epoch.get()), token)
+
+    def hand_over(self) -> bool:
+        """Give this term up in the database (Redis lease): its leader can no longer reach the
+        lease to release it, so a standby frees it (:meth:`handed_over`). Whether the row still
+        named this term."""
+        mine = {"name": LEADER, "epoch": self.epoch, "token": self.token or ""}
+        return bool(SchedulerLease.objects.filter(**mine).update(handed_over_at=DbNow()))
+
+    @staticmethod
+    def handed_over() -> str | None:
+        """The lease token of a term its leader gave up with :meth:`hand_over`, if there is one
+        that no newer term replaced."""
+        token = (
+            SchedulerLease.objects.filter(name=LEADER, handed_over_at__isnull=False)
+            .exclude(token="")
+            .values_list("token", flat=True)
+            .first()
+        )
+        return None if token is None else str(token)
 
     @classmethod
     def join(cls, token: str) -> Fence | None:

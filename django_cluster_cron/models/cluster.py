@@ -24,6 +24,9 @@ class SchedulerLease(models.Model):
     old epoch.
 
     ``valid_until`` and ``ttl`` are used by the database lease backend only (database time).
+    ``handed_over_at`` by the Redis lease only: a leader that lost its link to Redis but not to
+    the database gives its term up here, so a standby frees the Redis key at once instead of
+    waiting for it to expire (see :mod:`django_cluster_cron.scheduler.leadership`).
     """
 
     name = models.CharField(max_length=255, unique=True)
@@ -37,6 +40,11 @@ class SchedulerLease(models.Model):
     )
     ttl = models.DurationField(
         null=True, blank=True, help_text="Database lease: the time-to-live its holder asked for."
+    )
+    handed_over_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Redis lease: when its holder, unable to reach Redis, gave its term up.",
     )
 
     class Meta:

@@ -10,6 +10,13 @@
         │   fenced, or shutdown ─ release the lease    │
         └──────────────────────────────────────────────┘
 
+A leader that cannot renew because the lease's backend is out of reach steps down; with the
+Redis lease it also gives its term up in the database (:meth:`Fence.hand_over
+<django_cluster_cron.ledger.fence.Fence.hand_over>`), and a standby that finds it there frees the
+Redis key (only while that leader's token holds it) and takes it at once instead of waiting for
+its TTL. (With the database lease, a standby sees a leader whose connection ended through the
+lease's session witness: :mod:`django_cluster_cron.leases.witness`.)
+
 A standby only tries to take the lease, and only while it can reach the database and the broker:
 a node whose last statement or publish failed first checks that one is back, so it never holds
 a lease it could not use while a standby that can use it waits. Taking it is not enough to lead:
@@ -36,6 +43,7 @@ from django.db import DatabaseError
 
 from ..dbtime import database_now
 from ..leases import Lease, LeaseBackend, LeaseUnavailable
+from ..leases.base import node_of
 from ..ledger.fence import Fence
 from ..ops import metrics
 from .health import Health
@@ -137,7 +145,7 @@ class Term:
         # its validity from here errs on the safe side (a slow reply shortens it, never extends).
         started = time.monotonic()
         try:
-            acquired = self.lease.try_acquire()
+            acquired = self.lease.try_acquire() or self._take_handed_over()
         except LeaseUnavailable as exc:
             return self.health.down(self.dependency, exc)
         self.health.up(self.dependency)
@@ -175,7 +183,10 @@ class Term:
             # We cannot prove we still hold the lease: stop acting as leader now.
             self.health.down(self.dependency, exc)
             metrics.get().lease_renewals.labels(result="failed").inc()
+            fence = self.fence
             self.step_down(f"{self.dependency} unreachable")
+            if fence is not None:
+                self._hand_over(fence)
             return False
         self.health.up(self.dependency)
         if not renewed:
@@ -204,17 +215,23 @@ class Term:
         self._show_role()
 
     def release(self, reason: str) -> None:
-        """Stop leading and give the lease up, so a standby takes over at once."""
-        epoch, self.fence = self.epoch, None
+        """Stop leading and give the lease up, so a standby takes over at once (through the
+        database when the lease's backend cannot be reached: see :meth:`_hand_over`)."""
+        fence, self.fence = self.fence, None
         self._on_end()
         self._show_role()
-        released = self._quiet_release()
+        try:
+            released = self.lease.release()
+        except LeaseUnavailable:
+            released = False
+            if fence is not None:
+                self._hand_over(fence)
         if released:
             self._on_released()
         logger.info(
             "lease.released node=%s epoch=%s reason=%s released=%s",
             self.node_id,
-            epoch,
+            None if fence is None else fence.epoch,
             reason,
             released,
         )
@@ -237,6 +254,48 @@ class Term:
                 self.epoch,
                 row_epoch,
             )
+
+    def _hand_over(self, fence: Fence) -> None:
+        """The lease's backend is out of reach, the database maybe not: give the term up there,
+        so a standby frees the lease now rather than when its TTL runs out (Redis lease; the
+        database lease lives in the database, which a standby's session witness covers)."""
+        if self.backend.fences_in_lease:
+            return
+        try:
+            handed = fence.hand_over()
+        except DatabaseError:
+            self._on_database_error()
+            return
+        if handed:
+            logger.warning(
+                "lease.handed_over node=%s epoch=%s: %s unreachable, the term is given up through "
+                "the database",
+                self.node_id,
+                fence.epoch,
+                self.dependency,
+            )
+
+    def _take_handed_over(self) -> bool:
+        """Free and take the lease of a leader that gave its term up in the database (see
+        :meth:`_hand_over`); False if there is none, or another node was first."""
+        if self.backend.fences_in_lease:
+            return False
+        try:
+            token = Fence.handed_over()
+        except DatabaseError:
+            self._on_database_error()
+            return False
+        if token is None or not self.backend.release_held_by(self.lease.name, token):
+            return False
+        taken = self.lease.try_acquire()
+        if taken:
+            logger.info(
+                "lease.taken_over name=%s from=%s node=%s: the holder gave its term up",
+                self.lease.name,
+                node_of(token),
+                self.node_id,
+            )
+        return taken
 
     def _quiet_release(self) -> bool:
         try:

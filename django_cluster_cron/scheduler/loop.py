@@ -219,7 +219,7 @@ class Scheduler:
         """One pass (and a status report for the cluster page); returns how long to sleep."""
         delay = self._step()
         offset = self.clock_watch.offset
-        self.reporter.report_if_due(
+        reported = self.reporter.report_if_due(
             epoch=self.epoch,
             seen=self.clock(),
             last_tick=self.last_tick,
@@ -227,6 +227,11 @@ class Scheduler:
             clock_offset=None if offset is None else offset.total_seconds(),
             clock_skewed=self.clock_watch.skewed,
         )
+        if reported is False and self.is_leader:
+            # The report goes where the lease lives: prove the lease now rather than at the next
+            # renewal, so a leader that lost it steps aside within a pass.
+            self.term.renew_at = 0.0
+            delay = 0.0
         self.last_pass = time.monotonic()
         metrics.get().ticks.inc()
         if self.after_pass is not None:

@@ -34,9 +34,11 @@ class Reporter:
         lag: float | None,
         clock_offset: float | None,
         clock_skewed: bool,
-    ) -> None:
+    ) -> bool | None:
+        """Report if the interval has passed: whether the report was written (None: not due).
+        Reports go where the leases live, so a failed one says the lease's backend failed."""
         if time.monotonic() - self._reported_at < self.reports.interval:
-            return
+            return None
         self._reported_at = time.monotonic()
         payload = {
             "node": self.node_id,
@@ -50,4 +52,4 @@ class Reporter:
             "host": socket.gethostname(),
             "pid": os.getpid(),
         }
-        self.reports.report(self.node_id, payload, self.ttl)
+        return self.reports.report(self.node_id, payload, self.ttl)

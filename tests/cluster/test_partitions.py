@@ -66,6 +66,9 @@ def test_a_leader_cut_off_from_the_database_gives_way_to_a_standby(cluster, db_l
     if cluster.lease_kind == "redis":
         # a gave the lease up itself (the database lease it could not even reach to release).
         assert re.search(r"lease\.released node=a .*reason=database unreachable", log), log
+    else:
+        # a's lease connection was reset: b saw its session end and took the row over early.
+        assert "lease.taken_over name=leader from=a node=b" in cluster.log("b"), cluster.log("b")
     # While still cut off, a stays a standby: it does not take the lease it could not use.
     healed_at = database_now()
     wait_for(lambda: sent_by("b", job, after=healed_at), 60, "node b still dispatching")

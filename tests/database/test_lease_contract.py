@@ -155,6 +155,20 @@ def test_release_frees_the_lease_at_once_and_another_node_acquires_immediately(
     assert successor.holder() == successor.token
 
 
+def test_a_lease_is_freed_for_its_holders_token_only(lease_backend: LeaseBackend) -> None:
+    """What a standby does for a leader that gave its term up where the standby can read it."""
+    leader = lease_backend.lease(NAME, "node-a", ttl=30)
+    successor = lease_backend.lease(NAME, "node-b", ttl=30)
+    assert leader.try_acquire() is True
+
+    assert lease_backend.release_held_by(NAME, successor.token) is False
+    assert leader.holder() == leader.token
+    assert lease_backend.release_held_by(NAME, leader.token) is True
+    assert successor.try_acquire() is True
+    assert lease_backend.release_held_by(NAME, leader.token) is False  # not the leader's any more
+    assert successor.holder() == successor.token
+
+
 def test_leases_of_different_names_are_independent(lease_backend: LeaseBackend) -> None:
     a = lease_backend.lease("lock:a", "node-a", ttl=5)
     b = lease_backend.lease("lock:b", "node-b", ttl=5)

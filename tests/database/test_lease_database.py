@@ -11,11 +11,12 @@ import pytest
 from django.db import connection, transaction
 
 from django_cluster_cron.dbtime import database_now
-from django_cluster_cron.leases import LEADER, LeaseUnavailable
+from django_cluster_cron.leases import LEADER, LeaseUnavailable, witness
 from django_cluster_cron.leases.database import (
     DatabaseBackend,
     DatabaseLease,
     close_private_connection,
+    private_connection,
     private_wrapper,
 )
 from django_cluster_cron.ledger.fence import Fence, FencedOut
@@ -194,3 +195,100 @@ def test_leases_live_in_the_lease_table_only():
     assert lease.try_acquire()
     assert SchedulerLease.objects.filter(name="lock:x").exists()
     assert backend.held("lock:")[0].name == "x"
+
+
+# -- early takeover: the leader lease's session witness ------------------------------------------
+
+has_sessions = pytest.mark.skipif(
+    "connection.vendor == 'sqlite'",
+    reason="SQLite has no sessions across processes: no witness, failover waits for the TTL",
+)
+
+
+def held_elsewhere(lease: DatabaseLease) -> None:
+    """``lease`` taken on a thread of its own, whose connection then closes (its session ends)
+    while the row still names it for its whole TTL."""
+    assert in_another_thread(lease.try_acquire) is True
+
+
+@has_sessions
+def test_a_standby_takes_leadership_at_once_from_a_holder_whose_session_ended(caplog):
+    gone = DatabaseLease(LEADER, "node-a", ttl=30)
+    held_elsewhere(gone)
+    assert row().epoch == 1
+    standby = DatabaseLease(LEADER, "node-b", ttl=30)
+    with caplog.at_level("INFO", logger="django_cluster_cron.leases"):
+        assert standby.try_acquire()
+    taken = row()
+    assert (taken.token, taken.holder, taken.epoch) == (standby.token, "node-b", 2)
+    assert "lease.taken_over name=leader from=node-a node=node-b" in caplog.text
+    # The old holder comes back: its lease is gone, and it cannot take it back early either,
+    # since the new holder's session is alive.
+    assert in_another_thread(gone.renew) is False
+    assert in_another_thread(gone.try_acquire) is False
+    assert row().token == standby.token
+
+
+@has_sessions
+def test_no_standby_takes_over_while_the_holders_session_lives():
+    holder = DatabaseLease(LEADER, "node-a", ttl=30)
+    assert holder.try_acquire()  # this thread's connection stays open
+    if connection.vendor == "postgresql":
+        # The server is asked to notice a dead link within seconds, not its default hours.
+        with private_connection("looking") as own, own.cursor() as cursor:
+            cursor.execute("SHOW tcp_keepalives_idle")
+            assert cursor.fetchone()[0] in ("2", "2s")
+    standby = DatabaseLease(LEADER, "node-b", ttl=30)
+    assert in_another_thread(standby.try_acquire) is False
+    assert row().token == holder.token
+    # Renewing after its connection was lost (the next call reconnects) takes the witness again.
+    close_private_connection()
+    assert holder.renew()
+    assert in_another_thread(standby.try_acquire) is False
+    assert row().epoch == 1
+
+
+def witness_free() -> bool:
+    """Whether no session holds the leader's witness, as another connection sees it."""
+
+    def look() -> bool:
+        with private_connection("looking") as own:
+            return witness.is_free(own, LEADER)
+
+    return bool(in_another_thread(look))
+
+
+@has_sessions
+def test_release_and_a_lost_renewal_leave_the_witness_free():
+    holder = DatabaseLease(LEADER, "node-a", ttl=30)
+    assert witness_free()
+    assert holder.try_acquire()
+    assert not witness_free()
+    assert holder.release()
+    assert witness_free()
+    assert holder.try_acquire()
+    assert not witness_free()
+    # Its session lives on, but the row went to someone else: the renewal finds out and lets
+    # the witness go, so that the next holder's can be told apart.
+    SchedulerLease.objects.filter(name=LEADER).update(token="node-z:0123")
+    assert not holder.renew()
+    assert witness_free()
+
+
+@has_sessions
+def test_locks_are_not_taken_over_early():
+    """A cluster lock is held by a task's body, renewed from another thread: only the TTL
+    frees it."""
+    gone = DatabaseLease("lock:report", "node-a", ttl=30)
+    held_elsewhere(gone)
+    other = DatabaseLease("lock:report", "node-b", ttl=30)
+    assert other.try_acquire() is False
+    assert row("lock:report").token == gone.token
+
+
+def test_on_sqlite_there_is_no_witness_and_a_standby_waits_for_the_ttl():
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite only: the other databases have sessions (tests above)")
+    gone = DatabaseLease(LEADER, "node-a", ttl=30)
+    held_elsewhere(gone)
+    assert DatabaseLease(LEADER, "node-b", ttl=30).try_acquire() is False
