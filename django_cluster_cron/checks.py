@@ -19,7 +19,7 @@ that declaration out and syncs the others.
 | cluster_cron.W002     | no Celery app is configured (``celery.current_app`` is the default)|
 | cluster_cron.E007     | ``USE_TZ`` is False                                                |
 | cluster_cron.W006     | a database the app uses waits without bound on a silent link      |
-| cluster_cron.W007     | Redis lease: the ``REDIS_ALIAS`` cache has no socket timeouts      |
+| cluster_cron.W007     | Redis lease: its connections would wait on Redis without bound     |
 
 W006 and W007 are deployment checks (``manage.py check --deploy``); ``run_scheduler`` shows them
 when it starts, since a scheduler is where an unbounded wait stops the cluster.
@@ -191,6 +191,20 @@ PROJECT_OVERRIDES: dict[str, dict[str, int]] = {"mysql": {"read_timeout": 60, "w
 RECOMMENDED_REDIS_OPTIONS = {"SOCKET_CONNECT_TIMEOUT": 5, "SOCKET_TIMEOUT": 5}
 
 
+def _redis_lease_waits_unbounded(alias: str) -> bool:
+    """Whether the Redis lease's connections would wait without bound (see
+    :func:`django_cluster_cron.leases.redis.bounded`: a plain pool gets timeouts added)."""
+    from django_redis import get_redis_connection
+
+    from .leases.redis import bounded, waits_unbounded
+
+    try:
+        client = get_redis_connection(alias)
+    except Exception:  # a broken cache configuration: Django and django-redis report it
+        return False
+    return waits_unbounded(bounded(client))
+
+
 @register(Tags.database, deploy=True)
 def check_network_timeouts(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """W006 per database entry, W007 for the Redis lease's cache, that lacks the options bounding
@@ -216,15 +230,14 @@ def check_network_timeouts(app_configs: Any = None, **kwargs: Any) -> list[Check
             )
     if backend_name() == "redis" and is_django_redis_alias(app_settings.REDIS_ALIAS):
         alias = app_settings.REDIS_ALIAS
-        options = settings.CACHES[alias].get("OPTIONS") or {}
-        missing = {k: v for k, v in RECOMMENDED_REDIS_OPTIONS.items() if k not in options}
-        if missing:
+        if _redis_lease_waits_unbounded(alias):
             found.append(
                 Warning(
-                    f"CACHES[{alias!r}] (the Redis lease) sets no {', '.join(missing)}: a "
-                    "scheduler whose link to Redis goes silent blocks on it instead of giving "
-                    "up the lease.",
-                    hint=f"Add to CACHES[{alias!r}]['OPTIONS']: {missing!r}.",
+                    f"CACHES[{alias!r}] (the Redis lease) sets no socket timeout, and its "
+                    "connection pool is not one the lease can copy with timeouts added (a "
+                    "Sentinel or custom pool, with redis-py before 8): a scheduler whose link "
+                    "to Redis goes silent blocks on it instead of giving up the lease.",
+                    hint=f"Add to CACHES[{alias!r}]['OPTIONS']: {RECOMMENDED_REDIS_OPTIONS!r}.",
                     id="cluster_cron.W007",
                 )
             )

@@ -2,8 +2,8 @@
 
 :mod:`.port` is the interface the rest of the app uses (publish, prepare, send prepared);
 :mod:`.send` the one publish-then-mark flow; each execution system is an adapter behind the
-port — today :mod:`.celery` (every run sent as the app's ``execute_run`` task to the job's
-queue). :func:`default_dispatcher` is the adapter the project's settings choose.
+port — today :mod:`.celery` (every run sent as its job's own Celery task to the job's queue).
+:func:`default_dispatcher` is the adapter the project's settings choose.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ __all__ = [
     "PublishFailed",
     "SendFailed",
     "Sent",
+    "bound_publish_waits",
     "default_dispatcher",
     "publish",
     "send_runs",
@@ -28,3 +29,12 @@ def default_dispatcher() -> Dispatcher:
     from .celery import CeleryDispatcher
 
     return CeleryDispatcher()
+
+
+def bound_publish_waits() -> dict[str, object]:
+    """Bound how long this process's publishing connection waits on a broker link gone silent
+    (``run_scheduler`` calls it before it publishes); returns the transport options added."""
+    from ..celery_app import get_celery_app
+    from .celery.timeouts import bound_broker_waits
+
+    return bound_broker_waits(get_celery_app())

@@ -15,7 +15,9 @@ still holds our token. Why both:
 
 Redis reports a key's time-to-live itself (``PX``), so no host clock takes part. Redis is reached
 through django-redis (``get_redis_connection(REDIS_ALIAS)``): Sentinel, TLS and auth come from the
-project's cache configuration.
+project's cache configuration. When that configuration bounds no wait (no socket timeout), the
+lease and its coordination use a pool of their own to the same server that does
+(:data:`SOCKET_TIMEOUTS`, :func:`bounded`), so a silent link fails instead of blocking.
 
 Redis being unreachable (refused, reset, timed out) surfaces as :class:`LeaseUnavailable` from
 every method, so the caller can log once and back off. Any other Redis error is a bug and is
@@ -24,6 +26,7 @@ not translated.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 import threading
@@ -44,6 +47,16 @@ logger = logging.getLogger("django_cluster_cron.leases")
 
 # The cluster page lists at most this many locks.
 SCAN_LIMIT = 500
+
+# What the lease's own Redis connections wait for at most when the cache configuration sets no
+# socket timeout: connecting, and an answer that never comes (a link gone silent); TCP keepalive
+# on top. Like the database's (django_cluster_cron.dbconn), set so that a scheduler cut off gives
+# up and lets another node lead instead of blocking for the many minutes the kernel would wait.
+SOCKET_TIMEOUTS: dict[str, Any] = {
+    "socket_connect_timeout": 5,
+    "socket_timeout": 10,
+    "socket_keepalive": True,
+}
 
 
 # Errors that mean "Redis cannot serve us right now", not "we sent something wrong". Besides
@@ -231,8 +244,7 @@ class RedisBackend:
 
         from ..conf import app_settings
 
-        client: redis.Redis = get_redis_connection(app_settings.REDIS_ALIAS)
-        return client
+        return bounded(get_redis_connection(app_settings.REDIS_ALIAS))
 
     def key(self, suffix: str) -> str:
         if self._prefix is not None:
@@ -274,6 +286,56 @@ class RedisBackend:
         client = self.client
         with redis_errors(f"releasing {name!r}"):
             return bool(_scripts_for(client).release(keys=[self.key(name)], args=[token]))
+
+
+_bounded: weakref.WeakKeyDictionary[Any, redis.Redis] = weakref.WeakKeyDictionary()
+_bounded_lock = threading.Lock()
+
+
+def bounded(client: redis.Redis) -> redis.Redis:
+    """``client`` if its connections bound their waits; else a client of the same server (one pool
+    per original pool) whose connections add :data:`SOCKET_TIMEOUTS`. Only a plain
+    ``ConnectionPool`` is copied: a Sentinel or custom pool is left as configured (the deployment
+    check W007 asks for the timeouts in ``CACHES``)."""
+    pool = client.connection_pool
+    kwargs = getattr(pool, "connection_kwargs", None)
+    if type(pool) is not redis.ConnectionPool or not isinstance(kwargs, dict):
+        return client
+    if not waits_unbounded(client):
+        return client
+    with _bounded_lock:
+        found = _bounded.get(pool)
+        if found is None:
+            extra = {k: v for k, v in SOCKET_TIMEOUTS.items() if _setting(pool, k) is None}
+            if not issubclass(pool.connection_class, redis.Connection):
+                extra.pop("socket_keepalive", None)  # a Unix socket has no TCP keepalive
+            copy = redis.ConnectionPool(
+                connection_class=pool.connection_class,
+                max_connections=pool.max_connections,
+                **{**kwargs, **extra},
+            )
+            found = type(client)(connection_pool=copy)
+            _bounded[pool] = found
+    return found
+
+
+def waits_unbounded(client: redis.Redis) -> bool:
+    """Whether ``client``'s connections would wait without bound for an answer (no socket
+    timeout: the cache configuration sets none, and redis-py before 8 sets none by default)."""
+    return _setting(client.connection_pool, "socket_timeout") is None
+
+
+def _setting(pool: Any, name: str) -> Any:
+    """A connection setting of ``pool``: as given, or the connection class's default."""
+    kwargs = getattr(pool, "connection_kwargs", None) or {}
+    if name in kwargs:
+        return kwargs[name]
+    for klass in getattr(pool, "connection_class", type(None)).__mro__:
+        init = vars(klass).get("__init__")
+        parameter = None if init is None else inspect.signature(init).parameters.get(name)
+        if parameter is not None and parameter.default is not inspect.Parameter.empty:
+            return parameter.default
+    return None
 
 
 def _text(value: Any) -> str:

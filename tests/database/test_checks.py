@@ -226,16 +226,32 @@ def test_a_database_with_bounded_waits_and_sqlite_get_no_w006(settings):
     assert "cluster_cron.W006" not in [m.id for m in check_network_timeouts()]
 
 
-def test_the_redis_lease_cache_without_socket_timeouts_gets_w007(settings):
+def test_the_redis_lease_waiting_without_bound_gets_w007(settings, monkeypatch):
+    import django_redis
+    import redis
+
     from django_cluster_cron.checks import check_network_timeouts
 
     settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "LEASE_BACKEND": "redis"}
     alias = settings.CLUSTER_CRON.get("REDIS_ALIAS", "default")
-    cache = {**settings.CACHES[alias], "OPTIONS": {}}
-    settings.CACHES = {**settings.CACHES, alias: cache}
-    assert "cluster_cron.W007" in [m.id for m in check_network_timeouts()]
-    cache["OPTIONS"] = {"SOCKET_CONNECT_TIMEOUT": 5, "SOCKET_TIMEOUT": 5}
-    settings.CACHES = {**settings.CACHES, alias: cache}
+    settings.CACHES = {**settings.CACHES, alias: {**settings.CACHES[alias], "OPTIONS": {}}}
+    # A plain pool: the lease copies it with timeouts (or redis-py 8 has them by default).
+    assert "cluster_cron.W007" not in [m.id for m in check_network_timeouts()]
+
+    class SentinelLikePool(redis.ConnectionPool):
+        """A pool the lease cannot copy, without a socket timeout (redis-py < 8 defaults)."""
+
+    unbounded = redis.Redis(
+        connection_pool=SentinelLikePool(host="127.0.0.1", port=1, socket_timeout=None)
+    )
+    monkeypatch.setattr(django_redis, "get_redis_connection", lambda alias: unbounded)
+    warned = [m for m in check_network_timeouts() if m.id == "cluster_cron.W007"]
+    assert len(warned) == 1
+    assert "SOCKET_TIMEOUT" in (warned[0].hint or "")
+    # Given a timeout, the same pool is bounded: no warning.
+    timed_pool = SentinelLikePool(host="127.0.0.1", port=1, socket_timeout=5)
+    timed = redis.Redis(connection_pool=timed_pool)
+    monkeypatch.setattr(django_redis, "get_redis_connection", lambda alias: timed)
     assert "cluster_cron.W007" not in [m.id for m in check_network_timeouts()]
 
 

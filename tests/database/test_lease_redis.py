@@ -17,6 +17,7 @@ from redis.retry import Retry
 
 from django_cluster_cron.leases import get_backend
 from django_cluster_cron.leases.redis import LeaseUnavailable, RedisLease
+from tests.support.netfault import links  # noqa: F401 (fixture)
 from tests.support.waiting import wait_for
 
 KEY = "test-lease:leader"
@@ -171,3 +172,46 @@ def test_the_backend_uses_the_configured_alias_and_prefix(
     assert 0 < seconds_left(on_alias, "tenant-7:leader") <= 2.5
     assert redis_client.exists("tenant-7:leader") == 0  # not on the default alias's server
     on_alias.close()
+
+
+def test_without_a_socket_timeout_in_the_cache_the_lease_bounds_its_own_waits(
+    redis_url,
+    links,  # noqa: F811 (the fixture)
+):
+    """redis-py before 8 waits without bound by default: the lease copies such a pool with
+    timeouts, so a link gone silent fails its renewal instead of blocking the scheduler."""
+    import redis as redis_py
+
+    from django_cluster_cron.leases import LeaseUnavailable
+    from django_cluster_cron.leases.redis import (
+        SOCKET_TIMEOUTS,
+        RedisBackend,
+        bounded,
+        waits_unbounded,
+    )
+    from tests.support.netfault import url_through
+
+    link = links(redis_url)
+    pool = redis_py.ConnectionPool.from_url(url_through(redis_url, link), socket_timeout=None)
+    project_client = redis_py.Redis(connection_pool=pool)
+    assert waits_unbounded(project_client)
+    client = bounded(project_client)
+    assert bounded(project_client) is client  # one pool of its own per pool of the project
+    assert not waits_unbounded(client)
+    assert (
+        client.connection_pool.connection_kwargs["socket_timeout"]
+        == (SOCKET_TIMEOUTS["socket_timeout"])
+    )
+    assert pool.connection_kwargs["socket_timeout"] is None  # the project's own is unchanged
+    lease = RedisBackend(client=client, prefix="test-bounded").lease("leader", "node-a", ttl=30)
+    assert lease.try_acquire()
+    link.silence()
+    with pytest.raises(LeaseUnavailable, match="Timeout"):
+        lease.renew()
+
+    # A Unix socket has no TCP keepalive to ask for; a pool that bounds its waits is kept.
+    unix_pool = redis_py.ConnectionPool.from_url("unix:///nowhere.sock", socket_timeout=None)
+    unix = redis_py.Redis(connection_pool=unix_pool)
+    assert "socket_keepalive" not in bounded(unix).connection_pool.connection_kwargs
+    given = redis_py.Redis.from_url(redis_url, socket_timeout=3)
+    assert bounded(given) is given

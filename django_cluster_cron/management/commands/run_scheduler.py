@@ -15,6 +15,7 @@ from django.db.migrations.executor import MigrationExecutor
 
 from django_cluster_cron.checks import check_network_timeouts
 from django_cluster_cron.conf import NODE_ID_ENV, app_settings
+from django_cluster_cron.dispatch import bound_publish_waits
 from django_cluster_cron.management.base import ClusterCronCommand, port, seconds_above_zero
 from django_cluster_cron.scheduler import build_scheduler, default_node_id
 
@@ -109,6 +110,9 @@ class Command(ClusterCronCommand):
         for warning in check_network_timeouts():
             # A deployment check: say it where it matters, at the scheduler's start.
             self.stderr.write(f"{warning.id}: {warning.msg}\n\tHINT: {warning.hint}")
+        # The scheduler publishes: bound its waits on a silent broker link (options the project
+        # sets are kept).
+        bound_publish_waits()
         stop = threading.Event()
         scheduler = build_scheduler(
             node_id=options["node_id"] or default_node_id(),
