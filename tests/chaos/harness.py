@@ -16,7 +16,12 @@ on every-second and every-few-seconds schedules with mixed catch-up and overlap 
 
 Faults come on a timetable drawn from the seed: SIGKILL the leader; SIGSTOP it past the lease TTL
 then SIGCONT; SIGTERM a node and start a new one; restart Redis; terminate every database
-connection; SIGKILL a worker mid-task; publish duplicate copies of run messages to the broker.
+connection; SIGKILL a worker mid-task; publish duplicate copies of run messages to the broker;
+cut the leader's link to the database or to Redis (refused or silent, past the lease TTL, then
+healed: each scheduler reaches both through TCP proxies of its own, tests/support/netfault.py);
+and with ``CHAOS_OWN_POSTGRES=1`` (a throwaway PostgreSQL server on a free port, which gets
+``BURST_JOBS`` more jobs firing together every ``BURST_EVERY`` seconds) restart that server, cleanly
+or as a crash, just after a burst fired.
 
 Then it stops the faults, lets the cluster settle, and checks, from the witness and the ledger:
 no (job, slot, attempt) executed twice, and a slot executed more than once only as declared
@@ -48,6 +53,8 @@ from types import ModuleType
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+from tests.support.netfault import FaultyLink, port_of, url_through
+from tests.support.pgserver import PostgresServer
 from tests.support.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,7 +78,14 @@ FAULTS = (
     "cut_db",
     "kill_worker",
     "duplicate_messages",
+    "cut_leader_db",
+    "cut_leader_redis",
+    "restart_database",
 )
+# With a PostgreSQL server of its own (CHAOS_OWN_POSTGRES=1), these many jobs more fire together
+# every BURST_EVERY seconds, and the server is restarted in the middle of such a burst.
+BURST_JOBS = 100
+BURST_EVERY = 10
 
 
 def _devredis() -> ModuleType:
@@ -113,13 +127,20 @@ class Chaos:
         self.redis: Any = None
         self.db_url = ""
         self.env: dict[str, str] = {}
+        # Each scheduler reaches the database and Redis through links of its own (cut-able).
+        self.links: dict[str, dict[str, FaultyLink]] = {}
+        self.pg: PostgresServer | None = None
 
     # -- infrastructure ------------------------------------------------------------------
 
     def start_services(self) -> None:
         self.redis = _devredis().RedisServer().start()
+        if os.environ.get("CHAOS_OWN_POSTGRES"):
+            # A server of its own, so that it can be restarted (never the shared one).
+            self.pg = PostgresServer().start()
         admin_url = (
-            os.environ.get("CHAOS_DATABASE_URL")
+            (self.pg.url if self.pg is not None else None)
+            or os.environ.get("CHAOS_DATABASE_URL")
             or os.environ.get("DATABASE_URL")
             or "postgres://postgres@127.0.0.1:5432/postgres"
         )
@@ -194,21 +215,26 @@ class Chaos:
         from django.db import connections
 
         connections.close_all()
+        for links in self.links.values():
+            for link in links.values():
+                link.close()
         if self.redis is not None:
             self.redis.stop()
-        if self.db_url and _is_mysql(self._admin_url):
+        if self.pg is not None:
+            self.pg.close()  # the database goes with the server
+        elif self.db_url and _is_mysql(self._admin_url):
             self._admin_sql(self._admin_url, f"DROP DATABASE IF EXISTS `{self._db_name}`")
         elif self.db_url:
             self._admin_sql(
                 self._admin_url, f'DROP DATABASE IF EXISTS "{self._db_name}" WITH (FORCE)'
             )
 
-    def spawn(self, role: str, command: list[str]) -> str:
-        name = f"{role}-{next(self.serial)}"
+    def spawn(self, role: str, command: list[str], name: str | None = None, **env: str) -> str:
+        name = name or f"{role}-{next(self.serial)}"
         log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 (lives with the process)
         self.procs[name] = subprocess.Popen(
             command,
-            env=self.env,
+            env={**self.env, **env},
             cwd=EXAMPLE,
             stdin=subprocess.DEVNULL,
             stdout=log,
@@ -217,6 +243,12 @@ class Chaos:
         return name
 
     def start_scheduler(self) -> str:
+        name = f"scheduler-{next(self.serial)}"
+        links = {
+            "db": FaultyLink(port_of(self.db_url)),
+            "redis": FaultyLink(port_of(self.redis.url)),
+        }
+        self.links[name] = links
         return self.spawn(
             "scheduler",
             [
@@ -228,6 +260,9 @@ class Chaos:
                 "--poll-interval",
                 str(POLL),
             ],
+            name=name,
+            DATABASE_URL=url_through(self.db_url, links["db"]),
+            REDIS_URL=url_through(self.redis.url, links["redis"]),
         )
 
     def start_worker(self) -> str:
@@ -311,6 +346,21 @@ class Chaos:
             )
             job.full_clean()
             jobs.append(job)
+        if self.pg is not None:
+            for i in range(BURST_JOBS):
+                burst = JobDefinition(
+                    name=f"burst-{i:03d}",
+                    cron=f"* * * * * */{BURST_EVERY}",
+                    timezone="UTC",
+                    task="demo.witness",
+                    catchup_policy="all",
+                    catchup_window=timedelta(minutes=10),
+                    max_retries=3,
+                    retry_backoff=0.5,
+                    retry_backoff_max=2,
+                )
+                burst.full_clean()
+                jobs.append(burst)
         for job in jobs:
             job.save()
         self.log(f"created {len(jobs)} jobs")
@@ -367,6 +417,24 @@ class Chaos:
                 return False
         elif fault == "duplicate_messages":
             self._duplicate_messages()
+        elif fault in ("cut_leader_db", "cut_leader_redis"):
+            if leader is None:
+                return False
+            link = self.links[leader]["db" if fault == "cut_leader_db" else "redis"]
+            mode = self.random.choice(["refuse", "silence"])
+            getattr(link, mode)()
+            self.log(f"fault: {fault} ({mode}) on {leader}")
+            time.sleep(self.random.uniform(1.5, 3.0) * TTL)  # the cut outlasts the lease TTL
+            link.heal()
+        elif fault == "restart_database":
+            if self.pg is None:
+                return False  # the shared server is never restarted
+            # In the middle of a burst: just after the instant all the burst jobs fire.
+            now = time.time()
+            time.sleep(BURST_EVERY - now % BURST_EVERY + self.random.uniform(0.02, 0.3))
+            mode = self.random.choice(["fast", "immediate"])
+            self.pg.restart(mode)
+            self.log(f"fault: restart_database ({mode})")
         self.report.faults[fault] += 1
         self.log(f"fault: {fault}")
         return True
