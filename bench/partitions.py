@@ -1,7 +1,7 @@
 """Partitions: the leader's link to the database or to Redis refused or silent, three schedulers.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/bench .venv/bin/python bench/partitions.py
-        [--quick] [--reps 1] [--json PATH]
+        [--quick] [--reps 1] [--lease redis|database] [--fault redis-refused] [--json PATH]
 
 Three `run_scheduler` nodes (shipped defaults: lease TTL 10 s, poll 1 s) run one every-second
 job (`* * * * * *`, catch-up `all`) executed by one Celery worker (2 processes) into a witness
@@ -186,7 +186,14 @@ def one_round(env: dict[str, str], lease: str, server: str, mode: str, fault: fl
 
 
 def main() -> None:
-    args = parser(__doc__ or "", reps=1).parse_args()
+    cli = parser(__doc__ or "", reps=1)
+    cli.add_argument("--lease", choices=LEASES, help="one lease backend only")
+    cli.add_argument(
+        "--fault",
+        choices=[f"{server}-{mode}" for server, mode in FAULTS],
+        help="one fault only, e.g. redis-refused",
+    )
+    args = cli.parse_args()
     report = Report(
         "partitions",
         "Partitions: the leader's link to the database or Redis refused or silent",
@@ -203,8 +210,10 @@ def main() -> None:
         return
     fault = 8.0 if args.quick else 25.0
     faults = FAULTS[:1] if args.quick else FAULTS
+    if args.fault:
+        faults = [f for f in FAULTS if f"{f[0]}-{f[1]}" == args.fault]
     print(f"  logs: {_procs.log_dir()}  fault: {fault:g} s", flush=True)
-    for lease in LEASES:
+    for lease in [args.lease] if args.lease else LEASES:
         for server, mode in faults:
             with override_settings(CLUSTER_CRON={**settings.CLUSTER_CRON, "LEASE_BACKEND": lease}):
                 found = [one_round(env, lease, server, mode, fault) for _ in range(args.reps)]
