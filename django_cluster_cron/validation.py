@@ -31,8 +31,20 @@ MAX_JSON_BYTES = 64 * 1024
 # ones break JSON encoders that recurse, in this process or in a worker's).
 MAX_JSON_DEPTH = 64
 MAX_SLOTS_IN_WINDOW = 10_000
+# The widest whole number a database column here holds (a 64-bit signed integer): ids, counts.
+MAX_WHOLE = 2**63 - 1
 _TASK_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*([.:\-][A-Za-z0-9_]+)*$")
 _QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:\-]+$")
+
+
+def whole_number(raw: str) -> int | None:
+    """``raw`` as a whole number a database can compare with an id (64-bit signed), or None: an
+    id typed into a URL must be refused, not sent to the database to overflow there."""
+    try:
+        value = int(raw.strip()) if raw.strip().lstrip("+-").isdigit() else None
+    except ValueError:
+        return None
+    return value if value is not None and -MAX_WHOLE - 1 <= value <= MAX_WHOLE else None
 
 
 def _raise(exc: ScheduleError) -> ValidationError:

@@ -6,6 +6,7 @@ from datetime import timedelta
 from typing import Any, cast
 
 from django.contrib import admin, messages
+from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.views.main import ChangeList
 from django.core.paginator import Paginator
 from django.db.models import Max, Min, QuerySet
@@ -19,6 +20,7 @@ from django.utils.safestring import SafeString
 from .. import actions
 from ..actions import ActionRefused
 from ..models import JobDefinition, JobRun
+from ..validation import whole_number
 from .display import duration_text, moment, run_badge, zone_of
 
 COUNT_CAP = 10_000
@@ -98,6 +100,9 @@ class JobFilter(admin.SimpleListFilter):
         jobs = JobDefinition.all_objects.order_by("name").values_list("pk", "name")
         choices = [(str(pk), name) for pk, name in jobs[:JOB_FILTER_CHOICES]]
         current = self.value()
+        if current and whole_number(current) is None:
+            # Django's answer to a bad filter value: the list again, with "?e=1".
+            raise IncorrectLookupParameters(f"job: {current[:40]!r} is not a job id")
         if current and current not in dict(choices):
             name = JobDefinition.all_objects.filter(pk=current).values_list("name", flat=True)
             choices.append((current, next(iter(name), f"job {current}")))

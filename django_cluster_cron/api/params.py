@@ -10,16 +10,15 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.pagination import CursorPagination, LimitOffsetPagination
 from rest_framework.request import Request
 
+from ..validation import MAX_WHOLE, whole_number
+
 
 def page_number(request: Request, name: str, default: int | None, cap: int | None) -> int | None:
     """A paging parameter, refused when it is not a whole number >= 0 (DRF would ignore it)."""
     raw = request.query_params.get(name)
     if raw is None:
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValidationError({name: [f"'{raw}' is not a whole number."]}) from None
+    value = integer(raw, name)
     if value < 0 or (name == "limit" and value == 0):
         raise ValidationError({name: [f"{value} is out of range."]})
     return min(value, cap) if cap is not None else value
@@ -74,10 +73,14 @@ def choice(value: str, name: str, choices: list[str]) -> str:
 
 
 def integer(value: str, name: str) -> int:
-    try:
-        return int(value)
-    except ValueError:
-        raise ValidationError({name: [f"'{value}' is not a whole number."]}) from None
+    """A whole number the database can hold (64-bit), else a 400 naming ``name``."""
+    found = whole_number(value)
+    if found is None:
+        shown = text(value, name)[:40]
+        raise ValidationError(
+            {name: [f"'{shown}' is not a whole number between {-MAX_WHOLE - 1} and {MAX_WHOLE}."]}
+        )
+    return found
 
 
 # RFC 3339 date-time, as the schema's "date-time" format says: seconds and an offset required.
