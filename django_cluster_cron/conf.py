@@ -262,6 +262,19 @@ DEFAULTS: dict[str, Setting] = {
         "A node whose clock is off the database's by more than this many seconds logs "
         "clock.skew and shows it on the cluster page (it still dispatches on time).",
     ),
+    "HEALTH_TOKEN": Setting(
+        None,
+        _optional_text,
+        "A secret that shows the health view's details (reasons, nodes, epochs) to a caller "
+        "sending it as 'Authorization: Bearer <token>'. None: only logged-in users with the "
+        "view permission of the cluster status see them; everyone else gets statuses only.",
+    ),
+    "HEALTH_CACHE": Setting(
+        2.0,
+        _non_negative_seconds,
+        "Seconds the health view answers from its last report (per process), so that a flood of "
+        "probes costs one round of checks and one broker connection per interval. 0: no cache.",
+    ),
     "MONITORS": Setting(
         [],
         _monitors,
@@ -426,6 +439,15 @@ class ClusterCronSettings:
     @property
     def CLOCK_SKEW_WARNING(self) -> timedelta:
         return timedelta(seconds=self.get("CLOCK_SKEW_WARNING"))
+
+    @property
+    def HEALTH_TOKEN(self) -> str | None:
+        value: str | None = self.get("HEALTH_TOKEN")
+        return value
+
+    @property
+    def HEALTH_CACHE(self) -> float:
+        return float(self.get("HEALTH_CACHE"))
 
     @property
     def MONITORS(self) -> tuple[dict[str, Any], ...]:

@@ -122,7 +122,7 @@ if [ -z "${CLUSTER_CRON_JSON:-}" ]; then
     export CLUSTER_CRON_JSON="{\"WORKER_METRICS_PORT\": $metrics_port}"
 fi
 log "look here: admin http://127.0.0.1:$DEMO_PORT/admin/ ($DEMO_USER / $DEMO_PASSWORD)," \
-    "REST API http://127.0.0.1:$DEMO_PORT/cron/api/docs/, health http://127.0.0.1:$DEMO_PORT/cron/health/," \
+    "REST API http://127.0.0.1:$DEMO_PORT/cron/api/docs/ (after the admin login), health http://127.0.0.1:$DEMO_PORT/cron/health/," \
     "worker metrics http://127.0.0.1:$metrics_port/metrics"
 
 # exec: demo_live owns every process from here on and stops them all on q, Ctrl-C or SIGTERM.

@@ -159,6 +159,14 @@ def _close_lease_connection() -> Iterator[None]:
     close_private_connection()
 
 
+@pytest.fixture(autouse=True)
+def _fresh_health_reports() -> None:
+    """The health view answers from its last report for a moment: never from another test's."""
+    from django_cluster_cron.ops.views import forget_reports
+
+    forget_reports()
+
+
 @pytest.fixture(scope="session")
 def redis_url() -> str:
     """URL of the Redis server the suite uses (throwaway, or ``REDIS_URL``)."""

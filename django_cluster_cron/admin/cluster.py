@@ -12,13 +12,15 @@ from django.urls import reverse
 
 from ..models import ClusterStatus
 from ..ops.status import cluster_status, force_release_lock
+from ..ops.views import DETAILS_PERMISSION
 from .declared import left_out
 from .display import COLOURS, badge
 
 
 @admin.register(ClusterStatus)
 class ClusterStatusAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    """Listed in the admin index as "Cluster status"; its list page is the status page."""
+    """Listed in the admin index as "Cluster status"; its list page is the status page, shown to
+    users with the permission to view the cluster status (``view_clusterstatus``)."""
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -30,7 +32,8 @@ class ClusterStatusAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return False
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return bool(request.user.is_active and request.user.is_staff)
+        # The page only: the leader row itself (its owner token) is never shown.
+        return obj is None and request.user.has_perm(DETAILS_PERMISSION)
 
     def can_force_release(self, request: HttpRequest) -> bool:
         return bool(request.user.is_superuser) or request.user.has_perm(

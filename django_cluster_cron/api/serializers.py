@@ -296,3 +296,23 @@ class JobChangeSerializer(serializers.ModelSerializer):  # type: ignore[type-arg
         model = JobChange
         fields = ("id", "at", "actor", "via", "action", "changes", "note")
         read_only_fields = fields
+
+
+class JobStateSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    """What an operator action on a job answers a caller who may not view jobs: its state, none
+    of its definition (its arguments may hold what that caller must not read)."""
+
+    id = serializers.IntegerField(read_only=True)
+    name = serializers.CharField(read_only=True)
+    enabled = serializers.BooleanField(read_only=True)
+    deleted = serializers.BooleanField(read_only=True)
+
+
+class RunStateSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    """What an operator action on a run answers a caller who may not view runs: its state, not
+    its result, error or traceback."""
+
+    id = serializers.IntegerField(read_only=True)
+    job = serializers.IntegerField(read_only=True)
+    status = serializers.CharField(read_only=True)
+    attempt = serializers.IntegerField(read_only=True)

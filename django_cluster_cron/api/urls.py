@@ -13,6 +13,7 @@ from typing import Any
 from django.urls import path
 from drf_spectacular.utils import extend_schema
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework.permissions import IsAuthenticated
 from rest_framework.routers import DefaultRouter
 
 from . import views
@@ -28,7 +29,10 @@ router.register("runs", views.RunViewSet, basename="run")
 
 
 class SchemaView(SpectacularAPIView):
-    """The OpenAPI document itself (not an operation of the API it describes)."""
+    """The OpenAPI document itself (not an operation of the API it describes); for logged-in
+    users, like the Swagger UI that reads it."""
+
+    permission_classes = [IsAuthenticated]  # noqa: RUF012 - DRF reads it from the class
 
     @extend_schema(exclude=True)
     def get(self, request: Any, *args: Any, **kwargs: Any) -> Any:
@@ -52,7 +56,9 @@ urlpatterns = [
     ),
     path(
         "docs/",
-        SpectacularSwaggerView.as_view(url_name="cluster_cron_api:schema"),
+        SpectacularSwaggerView.as_view(
+            url_name="cluster_cron_api:schema", permission_classes=[IsAuthenticated]
+        ),
         name="docs",
     ),
 ]

@@ -13,7 +13,12 @@ from typing import Any, ClassVar, cast
 from django.db import transaction
 from django.db.models import OuterRef, Q, QuerySet, Subquery
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    PolymorphicProxySerializer,
+    extend_schema,
+    extend_schema_view,
+)
 from rest_framework import mixins, permissions, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
@@ -29,6 +34,7 @@ from ..dbtime import DbNow
 from ..describe import describe
 from ..models import JobChange, JobDefinition, JobRun, RunStatus, RunTrigger
 from ..ops.health import cluster_health
+from ..ops.views import DETAILS_PERMISSION
 from .params import JobPagination, RunPagination, choice, flag, instant, integer, text
 from .parsers import api_parser_classes
 from .schema import ClusterCronSchema
@@ -37,10 +43,12 @@ from .serializers import (
     BackfillSerializer,
     JobChangeSerializer,
     JobSerializer,
+    JobStateSerializer,
     PauseSerializer,
     PreviewQuerySerializer,
     PreviewSerializer,
     RunSerializer,
+    RunStateSerializer,
 )
 from .strict import EmptyBody, printable_errors
 
@@ -64,6 +72,42 @@ class ModelPermissions(permissions.DjangoModelPermissions):
         if custom is not None:
             return bool(request.user.has_perm(f"{APP}.{custom}"))
         return super().has_permission(request, view)
+
+
+class ClusterStatusPermission(permissions.BasePermission):
+    """Logged in, with the permission to view the cluster status (as the admin's cluster page)."""
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        user = request.user
+        return bool(user and user.is_authenticated and user.has_perm(DETAILS_PERMISSION))
+
+
+# An operator action answers with the whole job or run only to a caller who may view it; to one
+# who may only act, with its state (the schema says both).
+JOB_REPLY = PolymorphicProxySerializer(
+    component_name="JobReply",
+    serializers=[JobSerializer, JobStateSerializer],
+    resource_type_field_name=None,
+)
+RUN_REPLY = PolymorphicProxySerializer(
+    component_name="RunReply",
+    serializers=[RunSerializer, RunStateSerializer],
+    resource_type_field_name=None,
+)
+
+
+def job_reply(request: Request, job: JobDefinition) -> Any:
+    if request.user.has_perm(f"{APP}.view_jobdefinition"):
+        return JobSerializer(job).data
+    state = {"id": job.pk, "name": job.name, "enabled": job.enabled}
+    return JobStateSerializer({**state, "deleted": job.deleted_at is not None}).data
+
+
+def run_reply(request: Request, run: JobRun) -> Any:
+    if request.user.has_perm(f"{APP}.view_jobrun"):
+        return RunSerializer(run).data
+    state = {"id": run.pk, "job": run.job_id, "status": run.status, "attempt": run.attempt}
+    return RunStateSerializer(state).data
 
 
 def _operation_error(exc: actions.ActionRefused) -> ValidationError:
@@ -185,7 +229,7 @@ class JobViewSet(Audited, viewsets.ModelViewSet):  # type: ignore[type-arg]
         if instance.deleted_at is None:
             instance.soft_delete()
 
-    @extend_schema(request=PauseSerializer, responses=JobSerializer)
+    @extend_schema(request=PauseSerializer, responses=JOB_REPLY)
     @action(detail=True, methods=["post"])
     def pause(self, request: Request, pk: str | None = None) -> Response:
         """Pause the job (with an optional note); its slots are not caught up on resume."""
@@ -193,18 +237,18 @@ class JobViewSet(Audited, viewsets.ModelViewSet):  # type: ignore[type-arg]
         body = PauseSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         job.pause(body.validated_data["note"])
-        return Response(JobSerializer(fresh(job)).data)
+        return Response(job_reply(request, fresh(job)))
 
-    @extend_schema(request=None, responses=JobSerializer)
+    @extend_schema(request=None, responses=JOB_REPLY)
     @action(detail=True, methods=["post"])
     def resume(self, request: Request, pk: str | None = None) -> Response:
         """Resume from now on (no catch-up of what fell while paused)."""
         job = self.get_object()
         self.refuse_any_body(request, "resume/")
         job.resume()
-        return Response(JobSerializer(fresh(job)).data)
+        return Response(job_reply(request, fresh(job)))
 
-    @extend_schema(request=None, responses={201: RunSerializer})
+    @extend_schema(request=None, responses={201: RUN_REPLY})
     @action(detail=True, methods=["post"])
     def run(self, request: Request, pk: str | None = None) -> Response:
         """Record and publish a ``manual`` run for now, through the overlap policy."""
@@ -214,7 +258,7 @@ class JobViewSet(Audited, viewsets.ModelViewSet):  # type: ignore[type-arg]
             run = actions.run_now(job, by=f"api:{request.user}")
         except actions.ActionRefused as exc:
             raise _operation_error(exc) from None
-        return Response(RunSerializer(run).data, status=status.HTTP_201_CREATED)
+        return Response(run_reply(request, run), status=status.HTTP_201_CREATED)
 
     @extend_schema(request=BackfillSerializer, responses=BackfillResultSerializer)
     @action(detail=True, methods=["post"])
@@ -239,7 +283,7 @@ class JobViewSet(Audited, viewsets.ModelViewSet):  # type: ignore[type-arg]
             ).data
         )
 
-    @extend_schema(request=None, responses=JobSerializer)
+    @extend_schema(request=None, responses=JOB_REPLY)
     @action(detail=True, methods=["post"])
     def restore(self, request: Request, pk: str | None = None) -> Response:
         """Bring a soft-deleted job back (its name must be free among live jobs)."""
@@ -253,7 +297,7 @@ class JobViewSet(Audited, viewsets.ModelViewSet):  # type: ignore[type-arg]
             job.restore()
         except DjangoValidationError as exc:
             raise ValidationError(exc.message_dict) from None
-        return Response(JobSerializer(job).data)
+        return Response(job_reply(request, job))
 
     def _live_job(self) -> JobDefinition:
         job = cast(JobDefinition, self.get_object())
@@ -312,7 +356,7 @@ class RunViewSet(
             runs = runs.filter(scheduled_for__lt=instant(params["before"], "before"))
         return cast("QuerySet[JobRun]", runs)
 
-    @extend_schema(request=None, responses=RunSerializer)
+    @extend_schema(request=None, responses=RUN_REPLY)
     @action(detail=True, methods=["post"])
     def retry(self, request: Request, pk: str | None = None) -> Response:
         """Run a failed run again: the same run, its next attempt."""
@@ -322,9 +366,9 @@ class RunViewSet(
             run = actions.retry(run)
         except actions.ActionRefused as exc:
             raise _operation_error(exc) from None
-        return Response(RunSerializer(run).data)
+        return Response(run_reply(request, run))
 
-    @extend_schema(request=None, responses=RunSerializer)
+    @extend_schema(request=None, responses=RUN_REPLY)
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         """Cancel a run that has not started (pending, queued or waiting for a retry)."""
@@ -334,7 +378,7 @@ class RunViewSet(
             run = actions.cancel(run, reason=f"cancelled by {request.user}")
         except actions.ActionRefused as exc:
             raise _operation_error(exc) from None
-        return Response(RunSerializer(run).data)
+        return Response(run_reply(request, run))
 
 
 class PreviewView(ApiView):
@@ -378,9 +422,10 @@ class PreviewView(ApiView):
 
 
 class HealthView(ApiView):
-    """The cluster's health (the same report as ``manage.py cluster_health``); 503 if not."""
+    """The cluster's health (the same report as ``manage.py cluster_health``); 503 if not. For
+    users who may view the cluster status."""
 
-    permission_classes = (permissions.IsAuthenticated,)
+    permission_classes = (ClusterStatusPermission,)
     schema = ClusterCronSchema()
 
     @extend_schema(

@@ -101,11 +101,16 @@ class Lease(Protocol):
 
 @dataclass(frozen=True)
 class HeldLease:
-    """A lease somebody holds, as the cluster page lists it."""
+    """A lease somebody holds, as the cluster page lists it (by :attr:`node`: the owner token
+    itself is never shown)."""
 
     name: str
     owner: str
     ttl: float | None
+
+    @property
+    def node(self) -> str:
+        return node_of(self.owner) or "?"
 
 
 class LeaseBackend(Protocol):

@@ -265,7 +265,7 @@ class RedisBackend:
                 try:
                     owner = client.get(raw_key)
                 except redis.exceptions.ResponseError:  # junk of another type: show it
-                    owner = b"(not a lease: wrong type)"
+                    owner = b"(not a lease, wrong type)"
                 pttl = client.pttl(raw_key)
                 found.append(
                     HeldLease(

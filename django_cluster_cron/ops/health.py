@@ -61,12 +61,18 @@ class HealthReport:
         statuses = {check.status for check in self.checks}
         return FAIL if FAIL in statuses else WARN if WARN in statuses else OK
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self, *, details: bool = True) -> dict[str, Any]:
+        """The report; without ``details`` each check's name and status only (no reasons or
+        values: they name hosts, processes, epochs and errors)."""
+        checks = [
+            check.as_dict() if details else {"name": check.name, "status": check.status}
+            for check in self.checks
+        ]
         return {
             "healthy": self.healthy,
             "status": self.status,
             "checked_at": self.checked_at.isoformat(),
-            "checks": [check.as_dict() for check in self.checks],
+            "checks": checks,
         }
 
     def lines(self) -> list[str]:

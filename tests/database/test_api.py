@@ -267,19 +267,24 @@ def test_the_preview_gives_fire_times_or_says_which_input_is_wrong(admin):
     assert "timezone" in bad_zone.json()
 
 
-def test_health_needs_a_login_and_answers_the_report(admin):
+def test_health_needs_the_cluster_status_permission_and_answers_the_report(admin):
     assert APIClient().get(f"{API}/health/").status_code in (401, 403)
+    assert user_with("view_jobdefinition").get(f"{API}/health/").status_code == 403
+    allowed = user_with("view_clusterstatus").get(f"{API}/health/?broker=false")
+    assert allowed.status_code == 503
     response = admin.get(f"{API}/health/?broker=false")
     assert response.status_code == 503  # no scheduler runs in this test
     assert {c["name"] for c in response.json()["checks"]} >= {"leader", "waiting_runs"}
 
 
-def test_the_schema_and_the_offline_swagger_ui_are_served(admin):
-    schema = APIClient().get(f"{API}/schema/?format=json")
+def test_the_schema_and_the_offline_swagger_ui_are_served_to_logged_in_users(admin):
+    assert APIClient().get(f"{API}/schema/?format=json").status_code in (401, 403)
+    assert APIClient().get(f"{API}/docs/").status_code in (401, 403)
+    schema = user_with().get(f"{API}/schema/?format=json")
     assert schema.status_code == 200
     paths = schema.json()["paths"]
     assert "/cron/api/jobs/{id}/pause/" in paths
-    docs = APIClient().get(f"{API}/docs/")
+    docs = admin.get(f"{API}/docs/")
     assert docs.status_code == 200
     page = docs.content.decode()
     assert "drf_spectacular_sidecar" in page  # served from our static files, not a CDN
@@ -287,8 +292,8 @@ def test_the_schema_and_the_offline_swagger_ui_are_served(admin):
     assert not re.search(r"cdn\.|jsdelivr|unpkg|cdnjs", page.lower())
 
 
-def test_the_list_filters_are_in_the_schema():
-    paths = APIClient().get(f"{API}/schema/?format=json").json()["paths"]
+def test_the_list_filters_are_in_the_schema(admin):
+    paths = admin.get(f"{API}/schema/?format=json").json()["paths"]
 
     def names(path):
         return {p["name"] for p in paths[f"{API}/{path}"]["get"].get("parameters", [])}
@@ -297,11 +302,11 @@ def test_the_list_filters_are_in_the_schema():
     assert {"job", "status", "trigger", "after", "before"} <= names("runs/")
 
 
-def test_the_reference_page_lists_every_operation_of_the_schema():
+def test_the_reference_page_lists_every_operation_of_the_schema(admin):
     from pathlib import Path
 
     page = (Path(__file__).resolve().parents[2] / "docs" / "reference" / "api.md").read_text()
-    paths = APIClient().get(f"{API}/schema/?format=json").json()["paths"]
+    paths = admin.get(f"{API}/schema/?format=json").json()["paths"]
     missing = []
     for path, methods in paths.items():
         relative = path.removeprefix(f"{API}/")
@@ -540,10 +545,43 @@ def test_values_no_database_or_reply_can_hold_are_refused_on_their_field(admin):
     assert not JobDefinition.all_objects.exists()
 
 
-def test_enabled_and_pause_note_are_writable_in_the_schema():
-    schemas = APIClient().get(f"{API}/schema/?format=json").json()["components"]["schemas"]
+def test_enabled_and_pause_note_are_writable_in_the_schema(admin):
+    schemas = admin.get(f"{API}/schema/?format=json").json()["components"]["schemas"]
     for name in ("Job", "PatchedJob"):
         assert schemas[name]["properties"]["enabled"]["type"] == "boolean"
         assert not schemas[name]["properties"]["enabled"].get("readOnly")
         assert not schemas[name]["properties"]["pause_note"].get("readOnly")
     assert schemas["Job"]["properties"]["id"]["readOnly"] is True
+
+
+# -- what an action answers a caller who may act but not view -----------------------------------
+
+
+def test_an_action_answers_with_the_whole_job_or_run_only_to_who_may_view_it(admin):
+    job = make_job(kwargs={"api_key": "sk_live_secret"})
+    pauser = user_with("pause_jobdefinition")
+    paused = pauser.post(f"{API}/jobs/{job.pk}/pause/", {"note": "x"}, format="json")
+    assert paused.status_code == 200
+    assert paused.json() == {"id": job.pk, "name": job.name, "enabled": False, "deleted": False}
+    resumed = pauser.post(f"{API}/jobs/{job.pk}/resume/", format="json").json()
+    assert "sk_live_secret" not in str(resumed)
+    assert resumed["enabled"] is True
+    viewer = user_with("pause_jobdefinition", "view_jobdefinition")
+    full = viewer.post(f"{API}/jobs/{job.pk}/pause/", {}, format="json").json()
+    assert full["kwargs"] == {"api_key": "sk_live_secret"}
+
+    slot = timezone.now().replace(microsecond=0)
+    run = JobRun.objects.create(
+        job=job,
+        scheduled_for=slot,
+        task_id=job.task_id_for(slot),
+        status=RunStatus.QUEUED,
+        trigger=RunTrigger.SCHEDULE,
+        error="password=hunter2",
+    )
+    cancelled = user_with("cancel_jobrun").post(f"{API}/runs/{run.pk}/cancel/", format="json")
+    assert cancelled.status_code == 200
+    body = cancelled.json()
+    assert set(body) == {"id", "job", "status", "attempt"}
+    assert body["status"] == "cancelled"
+    assert "hunter2" not in str(body)

@@ -42,7 +42,10 @@ def api_schema(transactional_db, settings, redis_client):
     from django.core.wsgi import get_wsgi_application
 
     settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "KEY_PREFIX": "schemathesis"}
-    return schemathesis.openapi.from_wsgi("/cron/api/schema/?format=json", get_wsgi_application())
+    make_world()  # the superuser: the schema is for logged-in users
+    return schemathesis.openapi.from_wsgi(
+        "/cron/api/schema/?format=json", get_wsgi_application(), headers=AUTH
+    )
 
 
 def make_world():

@@ -502,3 +502,17 @@ def test_the_preview_needs_a_permission_on_jobs(client):
     user = User.objects.create_user("nobody", password="pw", is_staff=True)
     client.force_login(user)
     assert client.get(PREVIEW, {"cron": "* * * * *", "timezone": "UTC"}).status_code == 403
+
+
+def test_the_cluster_page_needs_its_permission_and_no_lease_row_is_shown(operator, admin_client):
+    from django_cluster_cron.models import SchedulerLease
+
+    assert operator.get(CLUSTER).status_code == 403  # staff who may view jobs and runs: no
+    assert CLUSTER not in operator.get(reverse("admin:index")).content.decode()
+    operator.grant("view_clusterstatus")
+    assert operator.get(CLUSTER).status_code == 200
+    row = SchedulerLease.objects.create(name="leader", token="node-a:secret-token", epoch=3)
+    for client in (operator, admin_client):
+        page = client.get(reverse("admin:django_cluster_cron_clusterstatus_change", args=[row.pk]))
+        assert page.status_code == 403
+        assert "secret-token" not in page.content.decode()

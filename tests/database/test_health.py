@@ -267,3 +267,58 @@ def test_liveness_is_the_loop_turning_and_readiness_adds_the_dependencies():
     long = probe.process_health(fake_scheduler(down={"redis": 120}))
     assert (long["alive"], long["ready"]) == (True, False)
     assert long["down_for_seconds"]["redis"] >= 119
+
+
+# -- who sees what, and what a flood of probes costs --------------------------------------------
+
+
+def test_an_anonymous_caller_sees_names_and_statuses_only(leader, client):
+    leader()
+    body = client.get(HEALTH + "?broker=0").json()
+    assert body["healthy"] is True
+    assert body["checks"]
+    for check in body["checks"]:
+        assert set(check) == {"name", "status"}
+    assert "node-a" not in json.dumps(body)  # the leader's node id is a detail
+
+
+def test_details_need_the_cluster_status_permission_or_the_token(leader, client, settings):
+    from django.contrib.auth.models import Permission, User
+
+    leader()
+    settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "HEALTH_TOKEN": "s3cret-probe-token"}
+
+    def reasons(**headers):
+        from django_cluster_cron.ops.views import forget_reports
+
+        forget_reports()
+        checks = client.get(HEALTH + "?broker=0", **headers).json()["checks"]
+        return next(c.get("reason") for c in checks if c["name"] == "leader")
+
+    assert reasons() is None
+    assert reasons(HTTP_AUTHORIZATION="Bearer wrong") is None
+    assert "node-a holds the lease" in reasons(HTTP_AUTHORIZATION="Bearer s3cret-probe-token")
+    staff = User.objects.create_user("staff", password="pw", is_staff=True)
+    client.force_login(staff)
+    assert reasons() is None  # staff alone is not enough
+    staff.user_permissions.add(Permission.objects.get(codename="view_clusterstatus"))
+    client.force_login(User.objects.get(pk=staff.pk))
+    assert "node-a holds the lease" in reasons()
+
+
+def test_a_flood_of_probes_runs_the_checks_once_per_interval(leader, client, settings, monkeypatch):
+    from django_cluster_cron.ops import views
+
+    leader()
+    settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "HEALTH_CACHE": 60}
+    ran = []
+    real = views.cluster_health  # type: ignore[attr-defined]
+
+    def counted(**kwargs):
+        ran.append(kwargs)
+        return real(**kwargs)
+
+    monkeypatch.setattr(views, "cluster_health", counted)
+    answers = [client.get(HEALTH).status_code for _ in range(20)]
+    assert answers == [200] * 20
+    assert ran == [{"broker": True}]  # one round of checks, one broker connection

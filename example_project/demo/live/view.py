@@ -86,6 +86,7 @@ def header(scene: Scene) -> Panel:
     base = scene.admin_url.removesuffix("admin/")
     text.append("API ", style="dim")
     text.append(f"{base}cron/api/docs/", style="underline cyan")
+    text.append(" (logged in)", style="dim")
     text.append("  health ", style="dim")
     text.append(f"{base}cron/health/", style="underline cyan")
     text.append("\n")
