@@ -359,13 +359,17 @@ class JobDefinition(models.Model):
         return self.max_runs is not None and self.scheduled_runs >= self.max_runs
 
     def timing(self) -> SlotTiming:
-        """The job's active period and jitter, for the pure core."""
+        """The job's active period and jitter, for the pure core. A jitter out of range can only
+        be a form's refused input (the admin still previews the rest of it): none."""
+        jitter = (
+            self.jitter if isinstance(self.jitter, int) and 0 < self.jitter <= MAX_JITTER else 0
+        )
         return SlotTiming(
             start_at=self.start_at,
             end_at=self.end_at,
-            jitter=timedelta(seconds=self.jitter or 0),
+            jitter=timedelta(seconds=jitter),
             # Only jitter needs the job's identity; without it, jobs of one cron share a plan.
-            key=(self.pk or 0) if self.jitter else 0,
+            key=(self.pk or 0) if jitter else 0,
         )
 
     def finished_reason(self, now: datetime) -> str:
