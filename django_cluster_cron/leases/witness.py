@@ -23,15 +23,26 @@ failover falls back to the TTL:
   until the server's own keepalive gives up. On PostgreSQL the lease connection asks the server to
   probe it soon and often (:data:`SERVER_KEEPALIVE`); MySQL has no such setting per session.
 
-SQLite has no sessions across processes: there is no witness, failover waits for the TTL.
+SQLite has no sessions across processes: there is no witness, failover waits for the TTL. A
+server that refuses these statements (a database that only speaks PostgreSQL's protocol, a user
+without the right) gets no witness either: the lease works as before, failover at the TTL
+(``lease.witness_unavailable``, logged once).
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import zlib
+from collections.abc import Callable
+from typing import TypeVar
 
+from django.db import DatabaseError
 from django.db.backends.base.base import BaseDatabaseWrapper
+
+logger = logging.getLogger("django_cluster_cron.leases")
+T = TypeVar("T")
+_reported: list[str] = []
 
 # PostgreSQL advisory locks take two 32-bit keys: this app's, and the lease name's.
 _APP_KEY = zlib.crc32(b"django_cluster_cron") & 0x7FFFFFFF
@@ -74,9 +85,35 @@ def _one(connection: BaseDatabaseWrapper, sql: str, params: list[object]) -> obj
     return None if row is None else row[0]
 
 
+def _or(default: T, action: Callable[[], T]) -> T:
+    """``action()``, or ``default`` if the server refuses it (a witness is never needed)."""
+    try:
+        return action()
+    except DatabaseError as exc:
+        if not _reported:
+            _reported.append(repr(exc))
+            logger.warning("lease.witness_unavailable error=%s: failover waits for the TTL", exc)
+        return default
+
+
 def hold(connection: BaseDatabaseWrapper, name: str) -> bool:
     """Make this session hold the witness of lease ``name`` (unless it does already); whether it
-    holds it now (False: another session does)."""
+    holds it now (False: another session does, or the server has no such lock)."""
+    return _or(False, lambda: _hold(connection, name))
+
+
+def is_free(connection: BaseDatabaseWrapper, name: str) -> bool:
+    """Whether no session holds the witness of lease ``name``: its holder's session ended
+    (False when the server cannot tell)."""
+    return _or(False, lambda: _is_free(connection, name))
+
+
+def let_go(connection: BaseDatabaseWrapper, name: str) -> None:
+    """Free the witness of lease ``name`` if this session holds it."""
+    _or(None, lambda: _let_go(connection, name))
+
+
+def _hold(connection: BaseDatabaseWrapper, name: str) -> bool:
     if connection.vendor == "postgresql":
         keys = _keys(name)
         took = _one(
@@ -102,8 +139,7 @@ def hold(connection: BaseDatabaseWrapper, name: str) -> bool:
     return False
 
 
-def is_free(connection: BaseDatabaseWrapper, name: str) -> bool:
-    """Whether no session holds the witness of lease ``name``: its holder's session ended."""
+def _is_free(connection: BaseDatabaseWrapper, name: str) -> bool:
     if connection.vendor == "postgresql":
         return not _one(connection, f"SELECT EXISTS ({_PG_HELD})", list(_keys(name)))
     if connection.vendor == "mysql":
@@ -111,8 +147,7 @@ def is_free(connection: BaseDatabaseWrapper, name: str) -> bool:
     return False
 
 
-def let_go(connection: BaseDatabaseWrapper, name: str) -> None:
-    """Free the witness of lease ``name`` if this session holds it."""
+def _let_go(connection: BaseDatabaseWrapper, name: str) -> None:
     if connection.vendor == "postgresql":
         keys = _keys(name)
         _one(

@@ -292,3 +292,23 @@ def test_on_sqlite_there_is_no_witness_and_a_standby_waits_for_the_ttl():
     gone = DatabaseLease(LEADER, "node-a", ttl=30)
     held_elsewhere(gone)
     assert DatabaseLease(LEADER, "node-b", ttl=30).try_acquire() is False
+
+
+@has_sessions
+def test_a_server_that_refuses_the_witness_leaves_the_lease_as_it_was(monkeypatch, caplog):
+    from django.db import DatabaseError
+
+    def refused(*args):
+        raise DatabaseError("function pg_try_advisory_lock(integer, integer) does not exist")
+
+    for name in ("_hold", "_is_free", "_let_go"):
+        monkeypatch.setattr(witness, name, refused)
+    monkeypatch.setattr(witness, "_reported", [])
+    holder = DatabaseLease(LEADER, "node-a", ttl=30)
+    with caplog.at_level("WARNING", logger="django_cluster_cron.leases"):
+        assert holder.try_acquire()
+        assert holder.renew()
+    assert caplog.text.count("lease.witness_unavailable") == 1
+    # No early takeover without a witness: the standby waits for the TTL.
+    assert in_another_thread(DatabaseLease(LEADER, "node-b", ttl=30).try_acquire) is False
+    assert holder.release()
