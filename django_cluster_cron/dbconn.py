@@ -57,6 +57,39 @@ TIMEOUT_OPTIONS: dict[str, dict[str, int]] = {
 }
 
 
+# What the database server does with a session of ours whose client went silent in the middle of
+# a transaction: end it after SILENT_LINK_TIMEOUT, so that its row locks (the leader row's, which
+# a new leader's epoch bump waits for) do not outlive the link for hours. PostgreSQL
+# (idle_in_transaction_session_timeout, milliseconds) and MariaDB (idle_transaction_timeout,
+# seconds); MySQL has no such setting.
+def bound_server_waits(wrapper: BaseDatabaseWrapper) -> None:
+    """Ask the server to end this session if it sits in a transaction, waiting for a client
+    that sends nothing, for more than SILENT_LINK_TIMEOUT. A server that refuses is left as is."""
+    if wrapper.vendor == "postgresql":
+        statement = f"SET idle_in_transaction_session_timeout = {SILENT_LINK_TIMEOUT * 1000}"
+    elif wrapper.vendor == "mysql" and getattr(wrapper, "mysql_is_mariadb", False):
+        statement = f"SET SESSION idle_transaction_timeout = {SILENT_LINK_TIMEOUT}"
+    else:
+        return
+    with contextlib.suppress(DatabaseError), wrapper.cursor() as cursor:
+        cursor.execute(statement)
+
+
+def _on_connection_created(sender: Any, connection: BaseDatabaseWrapper, **kwargs: Any) -> None:
+    bound_server_waits(connection)
+
+
+def bound_server_waits_of_this_process() -> None:
+    """Every connection this process opens from now on gets :func:`bound_server_waits`
+    (``run_scheduler``: the leader's fenced transactions hold the leader row's lock)."""
+    from django.db.backends.signals import connection_created
+
+    connection_created.connect(_on_connection_created, dispatch_uid="cluster_cron_server_waits")
+    for wrapper in connections.all(initialized_only=True):
+        if wrapper.connection is not None:  # opened before (the migrations check)
+            bound_server_waits(wrapper)
+
+
 def with_timeouts(settings_dict: dict[str, Any], vendor: str) -> dict[str, Any]:
     """A copy of a DATABASES entry with the options of ``TIMEOUT_OPTIONS`` it does not set."""
     found = copy.deepcopy(settings_dict)

@@ -39,3 +39,17 @@ class ClusterCronSchema(AutoSchema):
             if code not in responses:
                 responses[code] = self._get_response_for_code(response, code)  # type: ignore[no-untyped-call]
         return responses
+
+
+# The short answers of operator actions (see the views' ``job_reply``/``run_reply``).
+STATE_FORMS = ("JobState", "RunState")
+
+
+def close_state_forms(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """A post-processing hook: the short forms of a job and a run allow no other property, so
+    that a whole job or run matches exactly one form of the ``oneOf`` an action answers."""
+    schemas = result.get("components", {}).get("schemas", {})
+    for name in STATE_FORMS:
+        if name in schemas:
+            schemas[name]["additionalProperties"] = False
+    return result

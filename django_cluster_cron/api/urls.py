@@ -50,6 +50,10 @@ urlpatterns = [
                 "TITLE": "django-cluster-cron",
                 "DESCRIPTION": "Cron jobs in the database, run once per slot on Celery.",
                 "VERSION": "1",
+                "POSTPROCESSING_HOOKS": [
+                    "drf_spectacular.hooks.postprocess_schema_enums",
+                    "django_cluster_cron.api.schema.close_state_forms",
+                ],
             }
         ),
         name="schema",

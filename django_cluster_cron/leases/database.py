@@ -212,7 +212,7 @@ class DatabaseLease(OwnedLease):
             holder = str(rows[0][0])
             if not (self.witnessed and witness.supported(connection)):
                 return False
-            if not witness.is_free(connection, self.name):
+            if not witness.is_free(connection, witness.name_of(self.name, holder)):
                 return False
             # The row is held, but no session holds its witness: the holder's connection ended.
             if not _update(connection, Q(name=self.name, token=holder), values):
@@ -230,12 +230,12 @@ class DatabaseLease(OwnedLease):
     def _held(self, connection: BaseDatabaseWrapper) -> bool:
         """The row is ours: hold its witness too (when it has one). Always True."""
         if self.witnessed and witness.supported(connection):
-            witness.hold(connection, self.name)
+            witness.hold(connection, witness.name_of(self.name, self.token))
         return True
 
     def _let_go(self, connection: BaseDatabaseWrapper) -> None:
         if self.witnessed and witness.supported(connection):
-            witness.let_go(connection, self.name)
+            witness.let_go(connection, witness.name_of(self.name, self.token))
 
     def renew(self, ttl: float | None = None) -> bool:
         seconds = self.ttl if ttl is None else ttl

@@ -63,6 +63,13 @@ _PG_HELD = """
 """
 
 
+def name_of(lease: str, token: str) -> str:
+    """The witness of one holder (``token``) of ``lease``: a standby reads the holder's
+    token from the row and looks for that holder's witness only, so two leases in one session
+    (tests) or a holder that lost the row never speak for each other."""
+    return f"{lease}\0{token}"
+
+
 def supported(connection: BaseDatabaseWrapper) -> bool:
     return connection.vendor in ("postgresql", "mysql")
 

@@ -585,3 +585,14 @@ def test_an_action_answers_with_the_whole_job_or_run_only_to_who_may_view_it(adm
     assert set(body) == {"id", "job", "status", "attempt"}
     assert body["status"] == "cancelled"
     assert "hunter2" not in str(body)
+
+
+def test_an_actions_two_answers_are_told_apart_by_the_schema(admin):
+    schemas = admin.get(f"{API}/schema/?format=json").json()["components"]["schemas"]
+    assert [s["$ref"] for s in schemas["RunReply"]["oneOf"]] == [
+        "#/components/schemas/Run",
+        "#/components/schemas/RunState",
+    ]
+    # A whole run has more properties than the short form allows: it matches one form only.
+    assert schemas["RunState"]["additionalProperties"] is False
+    assert schemas["JobState"]["additionalProperties"] is False

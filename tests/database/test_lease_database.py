@@ -248,12 +248,12 @@ def test_no_standby_takes_over_while_the_holders_session_lives():
     assert row().epoch == 1
 
 
-def witness_free() -> bool:
-    """Whether no session holds the leader's witness, as another connection sees it."""
+def witness_free(holder: DatabaseLease) -> bool:
+    """Whether no session holds ``holder``'s witness, as another connection sees it."""
 
     def look() -> bool:
         with private_connection("looking") as own:
-            return witness.is_free(own, LEADER)
+            return witness.is_free(own, witness.name_of(LEADER, holder.token))
 
     return bool(in_another_thread(look))
 
@@ -261,18 +261,18 @@ def witness_free() -> bool:
 @has_sessions
 def test_release_and_a_lost_renewal_leave_the_witness_free():
     holder = DatabaseLease(LEADER, "node-a", ttl=30)
-    assert witness_free()
+    assert witness_free(holder)
     assert holder.try_acquire()
-    assert not witness_free()
+    assert not witness_free(holder)
     assert holder.release()
-    assert witness_free()
+    assert witness_free(holder)
     assert holder.try_acquire()
-    assert not witness_free()
+    assert not witness_free(holder)
     # Its session lives on, but the row went to someone else: the renewal finds out and lets
     # the witness go, so that the next holder's can be told apart.
     SchedulerLease.objects.filter(name=LEADER).update(token="node-z:0123")
     assert not holder.renew()
-    assert witness_free()
+    assert witness_free(holder)
 
 
 @has_sessions

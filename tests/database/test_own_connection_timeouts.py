@@ -85,3 +85,37 @@ def test_a_statement_on_a_link_gone_silent_gives_up_on_mysql(link):
     with pytest.raises(OperationalError), wrapper.cursor() as cursor:
         cursor.execute("SELECT 1")
     wrapper.close()
+
+
+def test_the_scheduler_asks_the_server_to_end_a_session_silent_inside_a_transaction():
+    """A leader cut off inside a fenced transaction holds the leader row's lock, which the next
+    leader's epoch bump waits for: the server ends such a session after SILENT_LINK_TIMEOUT."""
+    from django_cluster_cron.dbconn import SILENT_LINK_TIMEOUT, bound_server_waits_of_this_process
+
+    if connection.vendor == "sqlite" or (
+        connection.vendor == "mysql" and not connection.mysql_is_mariadb
+    ):
+        pytest.skip("only PostgreSQL and MariaDB end a session idle inside a transaction")
+    connection.ensure_connection()
+    bound_server_waits_of_this_process()  # the open connection, and every later one
+    fresh = connections.create_connection("default")
+    try:
+        for wrapper in (connection, fresh):
+            with wrapper.cursor() as cursor:
+                if connection.vendor == "postgresql":
+                    cursor.execute("SHOW idle_in_transaction_session_timeout")
+                    assert cursor.fetchone()[0] == f"{SILENT_LINK_TIMEOUT}s"
+                else:
+                    cursor.execute("SELECT @@SESSION.idle_transaction_timeout")
+                    assert int(cursor.fetchone()[0]) == SILENT_LINK_TIMEOUT
+    finally:
+        fresh.close()
+        from django.db.backends.signals import connection_created
+
+        connection_created.disconnect(dispatch_uid="cluster_cron_server_waits")
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SET idle_in_transaction_session_timeout = 0"
+                if connection.vendor == "postgresql"
+                else "SET SESSION idle_transaction_timeout = 0"
+            )

@@ -15,6 +15,7 @@ from django.db.migrations.executor import MigrationExecutor
 
 from django_cluster_cron.checks import check_network_timeouts
 from django_cluster_cron.conf import NODE_ID_ENV, app_settings
+from django_cluster_cron.dbconn import bound_server_waits_of_this_process
 from django_cluster_cron.dispatch import bound_publish_waits
 from django_cluster_cron.management.base import ClusterCronCommand, port, seconds_above_zero
 from django_cluster_cron.scheduler import build_scheduler, default_node_id
@@ -113,6 +114,9 @@ class Command(ClusterCronCommand):
         # The scheduler publishes: bound its waits on a silent broker link (options the project
         # sets are kept).
         bound_publish_waits()
+        # And the database's server: a leader cut off inside a transaction must not hold the
+        # leader row's lock (which the next leader's epoch bump waits for) until the link heals.
+        bound_server_waits_of_this_process()
         stop = threading.Event()
         scheduler = build_scheduler(
             node_id=options["node_id"] or default_node_id(),
