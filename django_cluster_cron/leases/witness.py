@@ -5,8 +5,9 @@ still there. A leader killed, cut off by a reset link or gone with its host leav
 looks held for up to a whole TTL. The database server knows sooner: it ends the holder's
 session as soon as the connection is reset or closed.
 
-So the holder of the leader lease also holds a session-level lock on its lease connection:
-a PostgreSQL advisory lock, or a MySQL/MariaDB named lock (``GET_LOCK``). The server frees it
+So the holder of the leader lease also holds a session-level lock on its lease connection, named
+after the lease and its own owner token (:func:`name_of`): a PostgreSQL advisory lock, or a
+MySQL/MariaDB named lock (``GET_LOCK``). The server frees it
 when that session ends. A standby that finds the row held by another token and the lock free
 takes the row over at once (the epoch moves on, as with any new holder) instead of waiting for
 the TTL to run out.
@@ -44,7 +45,7 @@ logger = logging.getLogger("django_cluster_cron.leases")
 T = TypeVar("T")
 _reported: list[str] = []
 
-# PostgreSQL advisory locks take two 32-bit keys: this app's, and the lease name's.
+# PostgreSQL advisory locks take two 32-bit keys: this app's, and the witness name's.
 _APP_KEY = zlib.crc32(b"django_cluster_cron") & 0x7FFFFFFF
 # The server-side keepalive of the lease connection on PostgreSQL: probe an idle connection
 # after 2 s, every second, and drop it after 3 unanswered probes (about 5 s after the link
