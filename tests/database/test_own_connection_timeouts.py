@@ -93,7 +93,7 @@ def test_the_scheduler_asks_the_server_to_end_a_session_silent_inside_a_transact
     from django_cluster_cron.dbconn import SILENT_LINK_TIMEOUT, bound_server_waits_of_this_process
 
     if connection.vendor == "sqlite" or (
-        connection.vendor == "mysql" and not connection.mysql_is_mariadb
+        connection.vendor == "mysql" and not getattr(connection, "mysql_is_mariadb", False)
     ):
         pytest.skip("only PostgreSQL and MariaDB end a session idle inside a transaction")
     connection.ensure_connection()
