@@ -20,6 +20,7 @@ that declaration out and syncs the others.
 | cluster_cron.E007     | ``USE_TZ`` is False                                                |
 | cluster_cron.W006     | a database the app uses waits without bound on a silent link      |
 | cluster_cron.W007     | Redis lease: its connections would wait on Redis without bound     |
+| cluster_cron.W008     | the REST API is mounted and no ``TASK_ALLOWLIST`` is set           |
 
 W006 and W007 are deployment checks (``manage.py check --deploy``); ``run_scheduler`` shows them
 when it starts, since a scheduler is where an unbounded wait stops the cluster.
@@ -242,3 +243,29 @@ def check_network_timeouts(app_configs: Any = None, **kwargs: Any) -> list[Check
                 )
             )
     return found
+
+
+@register(Tags.security)
+def check_task_allowlist(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """W008: whoever may add a job through the API chooses a task and its arguments; without an
+    allowlist that is any task the Celery app registers."""
+    if app_settings.TASK_ALLOWLIST is not None:
+        return []
+    from django.urls import NoReverseMatch, reverse
+
+    try:
+        reverse("cluster_cron_api:job-list")
+    except NoReverseMatch:
+        return []  # the API is not mounted
+    except Exception:  # a broken URLconf: Django's own checks report it
+        return []
+    return [
+        Warning(
+            "The REST API is mounted and CLUSTER_CRON['TASK_ALLOWLIST'] is not set: whoever may "
+            "add or change a job through it runs any registered Celery task with arguments of "
+            "their choice.",
+            hint="Set CLUSTER_CRON['TASK_ALLOWLIST'] to the task name patterns jobs may use, "
+            "e.g. ['billing.tasks.*', 'reports.tasks.*'].",
+            id="cluster_cron.W008",
+        )
+    ]

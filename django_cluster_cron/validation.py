@@ -69,6 +69,13 @@ def clean_timezone(value: str) -> None:
         raise _raise(exc) from None
 
 
+def allowlist_reason(task: str) -> str | None:
+    """Why ``TASK_ALLOWLIST`` refuses ``task``, or None (no list, or the task is on it)."""
+    if app_settings.task_allowed(task):
+        return None
+    return f"Task {task!r} is not in CLUSTER_CRON['TASK_ALLOWLIST']."
+
+
 def clean_task_name(value: str) -> None:
     """A registered Celery task of the configured app, not Celery's or this app's own, allowed
     by the list."""
@@ -83,10 +90,9 @@ def clean_task_name(value: str) -> None:
     private = private_task_reason(value)
     if private:
         raise ValidationError(private, code="private_task")
-    if not app_settings.task_allowed(value):
-        raise ValidationError(
-            f"Task {value!r} is not in CLUSTER_CRON['TASK_ALLOWLIST'].", code="task_not_allowed"
-        )
+    not_allowed = allowlist_reason(value)
+    if not_allowed:
+        raise ValidationError(not_allowed, code="task_not_allowed")
     try:
         known = registered_task_names()
     except ImproperlyConfigured as exc:
@@ -307,6 +313,11 @@ def runtime_problem(job: Any, *, rules_checked: bool = False) -> str | None:
     private = private_task_reason(job.task)
     if private:
         return private
+    # Checked when a job is saved and again here: a job saved before the list (or before its
+    # task left it) stops, and says why, instead of running on.
+    not_allowed = allowlist_reason(job.task)
+    if not_allowed:
+        return not_allowed
     if job.overlap_policy not in {policy.value for policy in OverlapPolicy}:
         return f"unknown overlap policy {job.overlap_policy!r}"
     if not isinstance(job.args, list):

@@ -177,11 +177,18 @@ CLUSTER_CRON = {
     # connection settings (Sentinel, TLS, password).
     "REDIS_ALIAS": "default",
     "CELERY_APP": "example_project.celery:app",
+    # Adding a job runs a task with arguments of the adder's choice: only this project's own
+    # tasks may be scheduled (checked on save, when due and when run).
+    "TASK_ALLOWLIST": ["demo.*"],
 }
 if LEASE_BACKEND == "database":
     # No Redis for the app at all: the lease, locks and node reports live in the database.
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
-    CLUSTER_CRON = {"LEASE_BACKEND": "database", "CELERY_APP": "example_project.celery:app"}
+    CLUSTER_CRON = {
+        "LEASE_BACKEND": "database",
+        "CELERY_APP": "example_project.celery:app",
+        "TASK_ALLOWLIST": ["demo.*"],
+    }
 # Extra app settings as JSON, e.g. CLUSTER_CRON_JSON='{"LEASE_TTL": 2}' (the chaos suite uses it).
 CLUSTER_CRON.update(json.loads(os.environ.get("CLUSTER_CRON_JSON") or "{}"))
 

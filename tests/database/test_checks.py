@@ -262,3 +262,17 @@ def test_the_network_checks_are_deployment_checks_only():
 
     assert check_network_timeouts in checks.registry.registry.deployment_checks
     assert check_network_timeouts not in checks.registry.registry.registered_checks
+
+
+def test_the_api_without_a_task_allowlist_gets_w008(settings):
+    from django_cluster_cron.checks import check_task_allowlist
+
+    settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "TASK_ALLOWLIST": None}
+    warned = check_task_allowlist()  # tests/urls.py mounts the API
+    assert [m.id for m in warned] == ["cluster_cron.W008"]
+    assert "TASK_ALLOWLIST" in (warned[0].hint or "")
+    settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "TASK_ALLOWLIST": ["tests.*"]}
+    assert check_task_allowlist() == []
+    settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "TASK_ALLOWLIST": None}
+    settings.ROOT_URLCONF = "django_cluster_cron.urls"  # the health view only: no API
+    assert check_task_allowlist() == []

@@ -200,3 +200,29 @@ def test_a_body_ended_by_a_terminate_signal_is_left_running_for_the_revoke_or_th
     assert run.error == ""
     assert run.finished_at is None
     assert any("run.interrupted" in record.getMessage() for record in caplog.records)
+
+
+# -- the task allowlist holds at run time too ---------------------------------------------------
+
+
+def test_a_job_whose_task_left_the_allowlist_is_parked_and_its_queued_run_fails(settings):
+    """Saved while its task was allowed; the list narrowed since (a deploy): the scheduler parks
+    the job and a worker refuses a run already queued, both saying why."""
+    job = JobDefinition(
+        name="left-the-list", cron="* * * * * *", timezone="UTC", task="tests.record", args=["x"]
+    )
+    job.full_clean()
+    job.save()
+    queued = make_run(job)
+    settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "TASK_ALLOWLIST": ["billing.*"]}
+    assert "not in CLUSTER_CRON['TASK_ALLOWLIST']" in (job.runtime_problem() or "")
+    fence = Fence.claim("node", "token")
+    batch = Recorder().schedule_due(
+        now=timezone.now() + timedelta(seconds=2), fence=fence, node_id="node", limit=10
+    )
+    assert [job_id for job_id, _ in batch.invalid] == [job.pk]
+    assert JobRun.objects.filter(job=job).count() == 1  # only the run queued before
+    run = apply(queued)
+    assert run.status == RunStatus.FAILED
+    assert "TASK_ALLOWLIST" in run.error
+    assert not Execution.objects.filter(label="x").exists()
