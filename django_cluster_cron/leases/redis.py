@@ -298,25 +298,35 @@ def bounded(client: redis.Redis) -> redis.Redis:
     ``ConnectionPool`` is copied: a Sentinel or custom pool is left as configured (the deployment
     check W007 asks for the timeouts in ``CACHES``)."""
     pool = client.connection_pool
-    kwargs = getattr(pool, "connection_kwargs", None)
-    if type(pool) is not redis.ConnectionPool or not isinstance(kwargs, dict):
-        return client
-    if not waits_unbounded(client):
-        return client
+    found = _bounded.get(pool)  # decided once per pool: the lease asks for its client often
+    if found is not None:
+        return found
     with _bounded_lock:
         found = _bounded.get(pool)
         if found is None:
-            extra = {k: v for k, v in SOCKET_TIMEOUTS.items() if _setting(pool, k) is None}
-            if not issubclass(pool.connection_class, redis.Connection):
-                extra.pop("socket_keepalive", None)  # a Unix socket has no TCP keepalive
-            copy = redis.ConnectionPool(
-                connection_class=pool.connection_class,
-                max_connections=pool.max_connections,
-                **{**kwargs, **extra},
-            )
-            found = type(client)(connection_pool=copy)
+            found = _copy_with_timeouts(client) or client
             _bounded[pool] = found
     return found
+
+
+def _copy_with_timeouts(client: redis.Redis) -> redis.Redis | None:
+    """A client on a copy of ``client``'s plain pool with :data:`SOCKET_TIMEOUTS` added, or None
+    when its waits are bounded already or its pool is not one to copy."""
+    pool = client.connection_pool
+    kwargs = getattr(pool, "connection_kwargs", None)
+    if type(pool) is not redis.ConnectionPool or not isinstance(kwargs, dict):
+        return None
+    if not waits_unbounded(client):
+        return None
+    extra = {k: v for k, v in SOCKET_TIMEOUTS.items() if _setting(pool, k) is None}
+    if not issubclass(pool.connection_class, redis.Connection):
+        extra.pop("socket_keepalive", None)  # a Unix socket has no TCP keepalive
+    copy = redis.ConnectionPool(
+        connection_class=pool.connection_class,
+        max_connections=pool.max_connections,
+        **{**kwargs, **extra},
+    )
+    return type(client)(connection_pool=copy)
 
 
 def waits_unbounded(client: redis.Redis) -> bool:
