@@ -15,7 +15,6 @@ from django.db.models import OuterRef, Q, QuerySet, Subquery
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
-    PolymorphicProxySerializer,
     extend_schema,
     extend_schema_view,
 )
@@ -34,25 +33,21 @@ from ..dbtime import DbNow
 from ..describe import describe
 from ..models import JobChange, JobDefinition, JobRun, RunStatus, RunTrigger
 from ..ops.health import cluster_health
-from ..ops.views import DETAILS_PERMISSION
 from .params import JobPagination, RunPagination, choice, flag, instant, integer, text
 from .parsers import api_parser_classes
+from .replies import APP, JOB_REPLY, RUN_REPLY, ClusterStatusPermission, job_reply, run_reply
 from .schema import ClusterCronSchema
 from .serializers import (
     BackfillResultSerializer,
     BackfillSerializer,
     JobChangeSerializer,
     JobSerializer,
-    JobStateSerializer,
     PauseSerializer,
     PreviewQuerySerializer,
     PreviewSerializer,
     RunSerializer,
-    RunStateSerializer,
 )
 from .strict import EmptyBody, printable_errors
-
-APP = "django_cluster_cron"
 
 
 class ModelPermissions(permissions.DjangoModelPermissions):
@@ -72,42 +67,6 @@ class ModelPermissions(permissions.DjangoModelPermissions):
         if custom is not None:
             return bool(request.user.has_perm(f"{APP}.{custom}"))
         return super().has_permission(request, view)
-
-
-class ClusterStatusPermission(permissions.BasePermission):
-    """Logged in, with the permission to view the cluster status (as the admin's cluster page)."""
-
-    def has_permission(self, request: Request, view: Any) -> bool:
-        user = request.user
-        return bool(user and user.is_authenticated and user.has_perm(DETAILS_PERMISSION))
-
-
-# An operator action answers with the whole job or run only to a caller who may view it; to one
-# who may only act, with its state (the schema says both).
-JOB_REPLY = PolymorphicProxySerializer(
-    component_name="JobReply",
-    serializers=[JobSerializer, JobStateSerializer],
-    resource_type_field_name=None,
-)
-RUN_REPLY = PolymorphicProxySerializer(
-    component_name="RunReply",
-    serializers=[RunSerializer, RunStateSerializer],
-    resource_type_field_name=None,
-)
-
-
-def job_reply(request: Request, job: JobDefinition) -> Any:
-    if request.user.has_perm(f"{APP}.view_jobdefinition"):
-        return JobSerializer(job).data
-    state = {"id": job.pk, "name": job.name, "enabled": job.enabled}
-    return JobStateSerializer({**state, "deleted": job.deleted_at is not None}).data
-
-
-def run_reply(request: Request, run: JobRun) -> Any:
-    if request.user.has_perm(f"{APP}.view_jobrun"):
-        return RunSerializer(run).data
-    state = {"id": run.pk, "job": run.job_id, "status": run.status, "attempt": run.attempt}
-    return RunStateSerializer(state).data
 
 
 def _operation_error(exc: actions.ActionRefused) -> ValidationError:
