@@ -14,7 +14,8 @@ class ClusterCronConfig(AppConfig):
     def ready(self) -> None:
         from django.db.models.signals import post_delete, post_save
 
-        from django_cluster_cron import checks, logtext  # noqa: F401  (checks: registers them)
+        from django_cluster_cron import checks  # noqa: F401  (registers the system checks)
+        from django_cluster_cron.ops import logtext
 
         logtext.install()  # one event, one line: newlines in logged names and messages escaped
         from django_cluster_cron.coordination import job_changed

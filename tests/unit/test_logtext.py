@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from django_cluster_cron import logtext
+from django_cluster_cron.ops import logtext
 
-PACKAGE = Path(logtext.__file__).parent
+PACKAGE = Path(logtext.__file__).parents[1]
 
 
 def test_every_logger_the_code_writes_to_gets_the_filter():
