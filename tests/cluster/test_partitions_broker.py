@@ -1,8 +1,8 @@
-"""Real `run_scheduler` processes whose link to the broker is cut, with the database lease (so
-Redis is only the broker here; with the Redis lease a cut Redis link is the lease's own, see
-test_partitions.py): a leader that cannot publish gives way to a node that can, and when no node
-can, the lease is not passed around: each node leaves it to the others for longer and longer.
-Each slot is recorded exactly once.
+"""Real `run_scheduler` processes whose link to Redis is cut. With the database lease Redis is only
+the broker: a leader that cannot publish gives way to a node that can, and when no node can, the
+lease is not passed around: each node leaves it to the others for longer and longer. With the
+Redis lease it is the lease's own store too: the leader gives its term up through the database and
+a standby frees the key at once. Each slot is recorded exactly once.
 """
 
 from __future__ import annotations
@@ -28,31 +28,27 @@ def _catch_up_every_slot(cluster):
     cluster.settings["CATCHUP_CAP"] = 1000
 
 
-def test_a_leader_cut_off_from_the_broker_gives_way_to_a_standby(cluster, links):
-    job = every_second_job()
+def cut_the_leaders_redis_link(cluster, links, job):
+    """Node a leads through a link to Redis, node b stands by; the link is refused until node b
+    dispatches. Returns the link."""
     url = cluster.env["REDIS_URL"]
     link = links(url)
     cluster.start("a", REDIS_URL=url_through(url, link))
     wait_for(lambda: sent_by("a", job), 60, "node a leading", detail=lambda: cluster.log("a"))
     cluster.start("b")
     cluster.wait_standby("b")
-
     link.refuse()
     cut = database_now()
     wait_for(
         lambda: sent_by("b", job, after=cut),
         30 * TTL,
-        "node b dispatching while node a cannot reach the broker",
+        "node b dispatching while node a cannot reach Redis",
         detail=lambda: cluster.log("a")[-3000:],
     )
-    log = cluster.log("a")
-    assert "broker.down" in log
-    assert "reason=broker unreachable" in log, log[-3000:]
-    # Still cut off, a stays a standby: it does not take a lease it could not use.
-    later = database_now()
-    wait_for(lambda: sent_by("b", job, after=later), 60, "node b still dispatching")
-    assert "lease.acquired node=a" not in cluster.log("a").split("reason=broker unreachable")[1]
+    return link
 
+
+def heal_and_check(cluster, link, job):
     link.heal()
     healed = database_now()
     wait_for(
@@ -62,6 +58,30 @@ def test_a_leader_cut_off_from_the_broker_gives_way_to_a_standby(cluster, links)
     )
     cluster.stop_all()
     assert_every_slot_once(job)
+
+
+def test_a_leader_cut_off_from_the_broker_gives_way_to_a_standby(cluster, links):
+    job = every_second_job()
+    link = cut_the_leaders_redis_link(cluster, links, job)
+    log = cluster.log("a")
+    assert "broker.down" in log
+    assert "reason=broker unreachable" in log, log[-3000:]
+    # Still cut off, a stays a standby: it does not take a lease it could not use.
+    later = database_now()
+    wait_for(lambda: sent_by("b", job, after=later), 60, "node b still dispatching")
+    assert "lease.acquired node=a" not in cluster.log("a").split("reason=broker unreachable")[1]
+    heal_and_check(cluster, link, job)
+
+
+@pytest.mark.parametrize("lease_kind", ["redis"])
+def test_a_redis_lease_leader_cut_off_from_redis_hands_its_term_over_through_the_database(
+    cluster, links
+):
+    job = every_second_job()
+    link = cut_the_leaders_redis_link(cluster, links, job)
+    assert "lease.handed_over node=a" in cluster.log("a"), cluster.log("a")[-3000:]
+    assert "lease.taken_over name=leader from=a node=b" in cluster.log("b"), cluster.log("b")
+    heal_and_check(cluster, link, job)
 
 
 def test_with_the_broker_out_of_every_nodes_reach_the_lease_settles(cluster, links):
