@@ -429,15 +429,32 @@ class Chaos:
         elif fault == "restart_database":
             if self.pg is None:
                 return False  # the shared server is never restarted
-            # In the middle of a burst: just after the instant all the burst jobs fire.
-            now = time.time()
-            time.sleep(BURST_EVERY - now % BURST_EVERY + self.random.uniform(0.02, 0.3))
+            # In the middle of a burst: as soon as the first run of the next one is sent.
+            self._wait_for_a_burst()
             mode = self.random.choice(["fast", "immediate"])
             self.pg.restart(mode)
             self.log(f"fault: restart_database ({mode})")
         self.report.faults[fault] += 1
         self.log(f"fault: {fault}")
         return True
+
+    def _wait_for_a_burst(self) -> None:
+        from django.utils import timezone
+
+        from django_cluster_cron.models import JobRun
+
+        now = timezone.now()
+        slot = now.replace(microsecond=0) + timedelta(
+            seconds=BURST_EVERY - now.second % BURST_EVERY
+        )
+        wait_for(
+            lambda: JobRun.objects.filter(
+                job__name__startswith="burst-", scheduled_for=slot, queued_at__isnull=False
+            ).exists(),
+            3 * BURST_EVERY,
+            f"the burst of {slot:%H:%M:%S} to be sent",
+            interval=0.02,
+        )
 
     def _terminate_backends(self) -> None:
         from tests.support.cluster import cut_other_connections
