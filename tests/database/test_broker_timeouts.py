@@ -6,7 +6,6 @@ py-amqp is given its read and write timeouts."""
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timezone
 
 import pytest
 from celery import Celery
@@ -18,25 +17,10 @@ from django_cluster_cron.dispatch.celery.timeouts import (
     bound_broker_waits,
     transport_kind,
 )
-from django_cluster_cron.ledger.outbox import OutboxMessage
+from tests.support.jobs import outbox_message
 from tests.support.netfault import links, url_through  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.timeout(90)
-
-
-def a_message() -> OutboxMessage:
-    return OutboxMessage(
-        run_id=1,
-        task_id=f"cron-1-{uuid.uuid4().hex}",
-        job_id=7,
-        scheduled_for=datetime(2030, 1, 1, 12, tzinfo=timezone.utc),
-        attempt=1,
-        epoch=3,
-        trigger="schedule",
-        queue=None,
-        priority=None,
-        expires=None,
-    )
 
 
 def app_for(url: str, **conf: object) -> Celery:
@@ -81,11 +65,11 @@ def test_a_publish_through_a_redis_link_gone_silent_fails_instead_of_blocking(
     app = app_for(url_through(redis_url, link))
     assert bound_broker_waits(app) == BROKER_TIMEOUTS["redis"]
     dispatcher = CeleryDispatcher(app, own_task=False)
-    first = a_message()
+    first = outbox_message()
     assert dispatcher.publish([first]) == [first.task_id]
     link.silence()
     with pytest.raises(PublishFailed):
-        dispatcher.publish([a_message()])
+        dispatcher.publish([outbox_message()])
 
 
 def test_rabbitmq_publishing_gets_read_and_write_timeouts(rabbitmq_url):

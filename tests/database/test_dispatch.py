@@ -10,8 +10,6 @@ test_scheduler_processes.py.
 from __future__ import annotations
 
 import json
-import uuid
-from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -31,6 +29,7 @@ from django_cluster_cron.ledger.fence import Fence
 from django_cluster_cron.ledger.outbox import OutboxMessage, mark_published, mark_sent
 from django_cluster_cron.models import JobDefinition, JobRun, RunStatus
 from django_cluster_cron.scheduler.recording import Recorder
+from tests.support.jobs import outbox_message
 
 pytestmark = pytest.mark.django_db(transaction=True)
 UTC = timezone.utc
@@ -44,20 +43,7 @@ def celery_app():
     return app
 
 
-def message(n: int = 1, **fields: Any) -> OutboxMessage:
-    base = OutboxMessage(
-        run_id=1000 + n,
-        task_id=f"cron-{n}-{uuid.uuid4().hex}",
-        job_id=7,
-        scheduled_for=datetime(2030, 1, 1, 12, tzinfo=UTC),
-        attempt=1,
-        epoch=3,
-        trigger="schedule",
-        queue=None,
-        priority=None,
-        expires=None,
-    )
-    return replace(base, **fields)
+message = outbox_message
 
 
 def raw_messages(redis_client, queue: str) -> list[dict[str, Any]]:

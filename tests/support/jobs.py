@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
 from typing import Any
 
 from django.db.models import F, Min
@@ -102,3 +103,20 @@ def job_owing_one_slot(name, **fields):
         next_run_at=F("next_run_at") - timedelta(minutes=1),
     )
     return job
+
+
+def outbox_message(n: int = 1, **fields: Any) -> OutboxMessage:
+    """A run's message as the outbox hands it to the dispatcher, for a run that need not exist."""
+    base = OutboxMessage(
+        run_id=1000 + n,
+        task_id=f"cron-{n}-{uuid.uuid4().hex}",
+        job_id=7,
+        scheduled_for=datetime(2030, 1, 1, 12, tzinfo=dt_timezone.utc),
+        attempt=1,
+        epoch=3,
+        trigger="schedule",
+        queue=None,
+        priority=None,
+        expires=None,
+    )
+    return dataclasses.replace(base, **fields)
