@@ -87,6 +87,6 @@ def test_scripted_story_plays_to_the_end_and_leaves_no_process(
     if lease == "redis":
         assert "nothing was dispatched while Redis was down" in result.stdout, output
     else:
-        assert "kept the lease" in result.stdout, output
+        assert "every slot of 'echo every 5 seconds' that fell due" in result.stdout, output
         assert "lease: the database" in output, output
     assert _processes_with(marker) == []

@@ -187,6 +187,11 @@ class Demo:
 
     # -- actions (keys and the scripted story) ---------------------------------------------
 
+    def scheduler_count(self) -> int:
+        """How many of the demo's schedulers are running."""
+        names = {node_name(i) for i in range(self.nodes_started)}
+        return sum(1 for c in self.supervisor.children.values() if c.alive and c.name in names)
+
     def leader(self, snap: Snapshot) -> Child | None:
         child = self.supervisor.children.get(snap.leader or "")
         return child if child is not None and child.alive else None

@@ -19,6 +19,7 @@ from django.utils.dateparse import parse_datetime
 from django_cluster_cron.describe import describe
 from django_cluster_cron.models import JobDefinition, JobRun, RunStatus
 from django_cluster_cron.ops.status import cluster_status
+from django_cluster_cron.schedule import fire_times
 
 RECENT_RUNS = 14
 
@@ -171,6 +172,28 @@ def takeover(epoch: int, acquired_at: datetime) -> Takeover | None:
 
 def run_count(**filters: Any) -> int:
     return int(JobRun.objects.filter(**filters).count())
+
+
+def slots_between(job_name: str, start: datetime, end: datetime) -> list[datetime]:
+    """The slots of the job named ``job_name`` after ``start`` up to ``end``."""
+    job = JobDefinition.objects.get(name=job_name)
+    slots = []
+    for slot in fire_times(job.cron, job.timezone, start, 1000):
+        if slot > end:
+            break
+        slots.append(slot)
+    return slots
+
+
+def recorded_slots(job_name: str, slots: list[datetime]) -> int:
+    """How many of ``slots`` of the job have a run (whatever its status)."""
+    return run_count(job__name=job_name, scheduled_for__in=slots)
+
+
+def finished_slots(job_name: str, slots: list[datetime]) -> int:
+    """How many of ``slots`` of the job have a run that ended (succeeded, failed or missed)."""
+    ended = [RunStatus.SUCCESS, RunStatus.FAILED, RunStatus.MISSED]
+    return run_count(job__name=job_name, scheduled_for__in=slots, status__in=ended)
 
 
 def _one_line(error: BaseException) -> str:

@@ -2,8 +2,9 @@
 
 Runs succeed; the leader is SIGKILLed and a standby takes over and dispatches; the new leader is
 SIGTERMed and hands over at once; Redis stops (only the demo's own) and comes back, and the
-cluster catches up. With the database lease Redis is only the broker: the leader keeps leading
-through its outage, and the slots it records wait in the outbox until the broker is back. Each
+cluster catches up. With the database lease Redis is only the broker: a leader that cannot publish
+hands the lease on, the nodes back off once none can, and every slot that fell due in the outage
+runs once after the broker is back. Each
 wait has a bound; the first one missed ends the story with what did not happen and the tail of
 the logs that would say why.
 """
@@ -23,6 +24,7 @@ from .narrator import Leadership
 from .snapshot import Snapshot
 
 REDIS_OUTAGE = 8.0  # seconds: longer than the lease TTL, so every node loses its lease
+ECHO_JOB = "echo every 5 seconds"  # the demo job whose slots the broker outage counts
 
 
 class StoryFailed(Exception):
@@ -142,28 +144,36 @@ class Story:
         before = self.latest()
         assert before is not None
         self.line(
-            f"now stop Redis for {REDIS_OUTAGE:g} s: with the database lease it is only the broker,"
-            " so the leader keeps its lease and records every slot; they wait in the outbox"
+            f"now stop Redis for {REDIS_OUTAGE:g} s: with the database lease it is only the broker."
+            " A leader that cannot publish for a second leaves the lease to a node that may reach"
+            " it; when none can, the nodes back off instead of passing it around"
         )
         stopped, restarted = self.outage(
-            "slots recorded while the broker is down",
-            lambda s, stopped: snapshot.run_count(status="pending", scheduled_for__gt=stopped) >= 2,
+            "a slot recorded while the broker is down",
+            lambda s, stopped: snapshot.run_count(status="pending", scheduled_for__gt=stopped) >= 1,
         )
+        slots = snapshot.slots_between(ECHO_JOB, stopped, restarted)
         self.wait(
-            "the outbox publishes the waiting runs and they succeed",
+            "every slot of the outage run once the broker is back",
             lambda s: (
-                snapshot.run_count(status="success", scheduled_for__gt=stopped) >= 2
+                snapshot.finished_slots(ECHO_JOB, slots) == len(slots)
                 and not snapshot.run_count(status="pending", scheduled_for__lt=restarted)
             ),
             60,
         )
+        missing = len(slots) - snapshot.recorded_slots(ECHO_JOB, slots)
+        if missing:
+            raise StoryFailed(f"{missing} of {len(slots)} slots of the outage have no run")
         latest = self.latest()
         assert latest is not None
-        if latest.epoch != before.epoch:
-            raise StoryFailed("leadership changed during a broker outage; the lease should hold")
+        moves = latest.epoch - before.epoch
+        # Each node may take the lease once before it knows the broker is down, and one takes it
+        # when the broker is back: more than that is leadership passed around.
+        if moves > self.demo.scheduler_count() + 1:
+            raise StoryFailed(f"the lease changed hands {moves} times in one broker outage")
         self.line(
-            f"{latest.holder} kept the lease (epoch {latest.epoch}) through the outage; every "
-            "slot recorded meanwhile was published when the broker came back"
+            f"the lease changed hands {moves} time(s); every slot of '{ECHO_JOB}' that fell due"
+            f" in the outage ({len(slots)}) ran once, after the broker came back"
         )
 
     def redis_outage(self, ttl: float) -> None:
