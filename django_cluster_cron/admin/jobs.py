@@ -206,6 +206,9 @@ class JobDefinitionAdmin(JobOperations):
             # What code declares is changed in code (and synced); operators still pause,
             # resume, run now and backfill.
             fields += ("name", *CODE_FIELDS)
+        if not self.has_pause_permission(request):
+            # Pausing, resuming and the pause's note are the pause permission's, on every path.
+            fields += ("enabled", "pause_note")
         return fields
 
     @admin.display(description="Defined in")

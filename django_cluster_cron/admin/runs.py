@@ -199,6 +199,11 @@ class JobRunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # The view permission alone: Django's default also lets the (unused) change permission
+        # read the ledger, whose errors and tracebacks are for those given view_jobrun.
+        return bool(request.user.has_perm("django_cluster_cron.view_jobrun"))
+
     def has_retry_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("django_cluster_cron.retry_jobrun")
 

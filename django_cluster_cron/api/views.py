@@ -7,6 +7,7 @@ needs the Django permission the admin's action needs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any, ClassVar, cast
 
@@ -20,7 +21,7 @@ from drf_spectacular.utils import (
 )
 from rest_framework import mixins, permissions, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.parsers import BaseParser
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -146,10 +147,18 @@ class JobViewSet(Audited, viewsets.ModelViewSet):  # type: ignore[type-arg]
         fields = serializer.validated_data
         note = fields.pop("change_note", "")
         enabled, pause_note = fields.pop("enabled", None), fields.pop("pause_note", None)
+        change = state_change(serializer.instance, enabled, pause_note)
+        if change is not None and not self.request.user.has_perm(f"{APP}.pause_jobdefinition"):
+            raise PermissionDenied(
+                "Pausing or resuming a job, or changing its pause note (enabled, pause_note), "
+                "needs the permission pause_jobdefinition. Leave the fields out, or send them "
+                "unchanged."
+            )
         with transaction.atomic(), audit.acting(note=note or None):
             if serializer.instance is None or fields:
                 serializer.save()
-            set_state(serializer.instance, enabled, pause_note)
+            if change is not None:
+                change(serializer.instance)
         fresh(serializer.instance)
 
     perform_update = perform_create
@@ -397,22 +406,25 @@ class HealthView(ApiView):
         return Response(report.as_dict(), status=200 if report.healthy else 503)
 
 
-def set_state(job: JobDefinition, enabled: bool | None, note: str | None) -> None:
-    """Pause or resume ``job`` as a request's ``enabled`` and ``pause_note`` say, with the
-    model's pause() and resume() (what pause/ and resume/ call); nothing if they say nothing new.
+def state_change(
+    job: JobDefinition | None, enabled: bool | None, note: str | None
+) -> Callable[[JobDefinition], None] | None:
+    """What a request's ``enabled`` and ``pause_note`` do to ``job`` (None: a job the request
+    creates): the model's pause() or resume() to call, as pause/ and resume/ call them, or None
+    when they say nothing new.
 
     ``pause_note`` alone changes a paused job's note (as pause/ on a paused job does); the
-    serializer has refused one for a job that stays running.
+    serializer has refused one for a job that stays running. A new job starts running.
     """
-    if enabled is None and note is None:
-        return
-    if enabled is False or (enabled is None and not job.enabled):
-        if job.enabled:
-            job.pause(note or "")
-        elif note is not None and note != job.pause_note:
-            job.pause(note)
-    elif enabled and not job.enabled:
-        job.resume()
+    running = True if job is None else job.enabled
+    if enabled is False or (enabled is None and not running):
+        if running:
+            return lambda job: job.pause(note or "")
+        if note is not None and job is not None and note != job.pause_note:
+            return lambda job: job.pause(note)
+    elif enabled and not running:
+        return lambda job: job.resume()
+    return None
 
 
 def fresh(job: JobDefinition) -> JobDefinition:

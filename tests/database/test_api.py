@@ -216,37 +216,7 @@ def test_retry_a_failed_run_and_cancel_a_queued_one(admin, redis_client):
 # -- permissions --------------------------------------------------------------------------------
 
 
-ACTIONS = [
-    ("post", "/jobs/{job}/pause/", "pause_jobdefinition"),
-    ("post", "/jobs/{job}/resume/", "pause_jobdefinition"),
-    ("post", "/jobs/{job}/run/", "run_jobdefinition"),
-    ("post", "/jobs/{job}/backfill/", "backfill_jobdefinition"),
-    ("delete", "/jobs/{job}/", "softdelete_jobdefinition"),
-    ("post", "/jobs/{job}/restore/", "softdelete_jobdefinition"),
-    ("patch", "/jobs/{job}/", "change_jobdefinition"),
-    ("post", "/jobs/", "add_jobdefinition"),
-    ("post", "/runs/{run}/retry/", "retry_jobrun"),
-    ("post", "/runs/{run}/cancel/", "cancel_jobrun"),
-]
-
-
-@pytest.mark.parametrize(("method", "path", "codename"), ACTIONS)
-def test_each_action_needs_the_admins_permission_for_it(method, path, codename, redis_client):
-    job = make_job()
-    run = make_run(job, RunStatus.FAILED)
-    url = API + path.format(job=job.pk, run=run.pk)
-    viewer = user_with("view_jobdefinition", "view_jobrun")
-    assert getattr(viewer, method)(url, {}, format="json").status_code == 403
-    allowed = user_with("view_jobdefinition", "view_jobrun", codename)
-    assert getattr(allowed, method)(url, {}, format="json").status_code != 403
-
-
-def test_reading_needs_the_view_permission_and_a_login():
-    make_job()
-    assert APIClient().get(f"{API}/jobs/").status_code in (401, 403)
-    assert user_with().get(f"{API}/jobs/").status_code == 403
-    assert user_with("view_jobdefinition").get(f"{API}/jobs/").status_code == 200
-    assert user_with("view_jobdefinition").get(f"{API}/runs/").status_code == 403
+# Who may call each endpoint: tests/database/test_permission_matrix.py, against the reference.
 
 
 # -- preview, health, schema --------------------------------------------------------------------
