@@ -110,6 +110,31 @@ def _patterns(value: object) -> tuple[str, ...] | None:
     return tuple(value)
 
 
+# Parts of key names that hold secrets, after Django's own list for error reports.
+DEFAULT_REDACT_KEYS = [
+    "pass",
+    "secret",
+    "token",
+    "key",
+    "auth",
+    "credential",
+    "signature",
+    "cookie",
+    "session",
+    "private",
+    "dsn",
+]
+
+
+def _markers(value: object) -> tuple[str, ...]:
+    problem = "a list of lowercase strings such as ['password', 'token'] (or [] for none)"
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise ValueError(problem)
+    if not all(isinstance(item, str) and item and item == item.lower() for item in value):
+        raise ValueError(problem)
+    return tuple(value)
+
+
 def _monitors(value: object) -> tuple[dict[str, Any], ...]:
     problem = "a list of dicts, each naming its 'sink': 'sentry', 'ping' or a dotted path"
     if isinstance(value, (str, Mapping)) or not isinstance(value, (list, tuple)):
@@ -206,6 +231,12 @@ DEFAULTS: dict[str, Setting] = {
         None,
         _patterns,
         "None, or glob patterns of the Celery task names jobs may use (e.g. ['billing.*']).",
+    ),
+    "REDACT_KEYS": Setting(
+        DEFAULT_REDACT_KEYS,
+        _markers,
+        "Parts of argument key names whose values the admin and the API show masked "
+        "(lowercase; a key matches when its lowercased name contains one).",
     ),
     "DEFAULT_QUEUE": Setting(
         None, _optional_text, "Queue for jobs that name none; None uses Celery's routing."
@@ -386,6 +417,11 @@ class ClusterCronSettings:
     @property
     def TASK_ALLOWLIST(self) -> tuple[str, ...] | None:
         value: tuple[str, ...] | None = self.get("TASK_ALLOWLIST")
+        return value
+
+    @property
+    def REDACT_KEYS(self) -> tuple[str, ...]:
+        value: tuple[str, ...] = self.get("REDACT_KEYS")
         return value
 
     @property

@@ -12,6 +12,7 @@ from django.template.response import TemplateResponse
 
 from .. import audit
 from ..models import JobChange
+from ..redaction import redact_changes
 
 HISTORY_LIMIT = 200
 
@@ -62,7 +63,7 @@ class AuditedAdmin:
                 (field, _shown(change[0]), _shown(change[1]))
                 if isinstance(change, list) and len(change) == 2
                 else (field, "—", _shown(change))
-                for field, change in sorted(entry.changes.items())
+                for field, change in sorted(redact_changes(entry.changes).items())
             ]
         return TemplateResponse(
             request,

@@ -21,6 +21,7 @@ from ..core.timezones import available_timezones
 from ..core.timing import SlotTiming
 from ..describe import describe
 from ..models import DEFINITION_FIELDS, JobDefinition
+from ..redaction import ARGUMENT_FIELDS, redact, restore
 from ..validation import MAX_JITTER, MAX_JSON_DEPTH
 
 PREVIEW_COUNT = 10
@@ -207,12 +208,26 @@ class JobDefinitionForm(forms.ModelForm):  # type: ignore[type-arg]
                 initial=field.initial,
                 example=example,
             )
+        for name in ARGUMENT_FIELDS:
+            if name in self.fields and name in self.initial:
+                # Shown with secret-looking values masked; a mask sent back keeps the value.
+                self.initial[name] = redact(self.initial[name])
         self.fields["timezone"] = forms.ChoiceField(
             choices=_timezone_choices()
             + ([] if not self.data.get("timezone") else [(self.data["timezone"],) * 2]),
             initial="UTC",
             help_text=_help_text("timezone"),
         )
+
+    def _restored(self, name: str) -> Any:
+        stored = getattr(self.instance, name) if self.instance.pk else None
+        return restore(self.cleaned_data.get(name), stored)
+
+    def clean_args(self) -> Any:
+        return self._restored("args")
+
+    def clean_kwargs(self) -> Any:
+        return self._restored("kwargs")
 
 
 POLICY_HELP = {

@@ -3,6 +3,7 @@ itself is in job_form.py, the operator actions and pages in job_actions.py."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any, cast
 
@@ -20,6 +21,7 @@ from django.utils.safestring import SafeString
 from ..declared import CODE_FIELDS
 from ..describe import describe
 from ..models import JobDefinition, JobRun, RunStatus
+from ..redaction import ARGUMENT_FIELDS, redact
 from .charts import run_timeline
 from .declared import left_out, left_out_note
 from .display import (
@@ -206,10 +208,34 @@ class JobDefinitionAdmin(JobOperations):
             # What code declares is changed in code (and synced); operators still pause,
             # resume, run now and backfill.
             fields += ("name", *CODE_FIELDS)
+        fields += ("args_shown", "kwargs_shown")
         if not self.has_pause_permission(request):
             # Pausing, resuming and the pause's note are the pause permission's, on every path.
             fields += ("enabled", "pause_note")
         return fields
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+        # Arguments the user cannot edit are shown masked (their secret-looking values), not as
+        # the stored JSON a read-only model field would show.
+        fieldsets = super().get_fieldsets(request, obj)
+        if obj is None:  # the add form
+            return fieldsets
+        readonly = set(self.get_readonly_fields(request, obj))
+        if self.has_change_permission(request, obj) and not readonly & set(ARGUMENT_FIELDS):
+            return fieldsets
+        shown: dict[Any, Any] = {name: f"{name}_shown" for name in ARGUMENT_FIELDS}
+        return [
+            (title, {**options, "fields": tuple(shown.get(f, f) for f in options["fields"])})
+            for title, options in fieldsets
+        ]
+
+    @admin.display(description="args")
+    def args_shown(self, job: JobDefinition) -> str:
+        return json.dumps(redact(job.args), ensure_ascii=False)
+
+    @admin.display(description="kwargs")
+    def kwargs_shown(self, job: JobDefinition) -> str:
+        return json.dumps(redact(job.kwargs), ensure_ascii=False)
 
     @admin.display(description="Defined in")
     def defined_in(self, job: JobDefinition) -> str:

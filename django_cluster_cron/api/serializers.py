@@ -15,6 +15,7 @@ from rest_framework import serializers
 from rest_framework.fields import empty
 
 from ..models import DEFINITION_FIELDS, JobChange, JobDefinition, JobRun, RunStatus
+from ..redaction import ARGUMENT_FIELDS, redact, redact_changes, restore
 from ..validation import MAX_JITTER
 from .strict import JSONValueField, StrictBody
 
@@ -166,8 +167,28 @@ class JobSerializer(ModelValidated):
         value = ahead or job.next_run_at
         return None if value is None else serializers.DateTimeField().to_representation(value)
 
-    args = JSONValueField(required=False, help_text="JSON list of positional arguments.")
-    kwargs = JSONValueField(required=False, help_text="JSON object of keyword arguments.")
+    args = JSONValueField(
+        required=False,
+        help_text="JSON list of positional arguments (values of secret-looking keys masked).",
+    )
+    kwargs = JSONValueField(
+        required=False,
+        help_text="JSON object of keyword arguments (values of secret-looking keys masked: "
+        "send a mask back unchanged to keep the stored value).",
+    )
+
+    def to_representation(self, instance: Any) -> Any:
+        data = super().to_representation(instance)
+        for name in ARGUMENT_FIELDS:
+            if name in data:
+                data[name] = redact(data[name])
+        return data
+
+    def validate_args(self, value: Any) -> Any:
+        return restore(value, None if self.instance is None else self.instance.args)
+
+    def validate_kwargs(self, value: Any) -> Any:
+        return restore(value, None if self.instance is None else self.instance.kwargs)
 
     def get_fields(self) -> dict[str, Any]:
         fields = super().get_fields()
@@ -296,6 +317,11 @@ class JobChangeSerializer(serializers.ModelSerializer):  # type: ignore[type-arg
         model = JobChange
         fields = ("id", "at", "actor", "via", "action", "changes", "note")
         read_only_fields = fields
+
+    def to_representation(self, instance: Any) -> Any:
+        data = super().to_representation(instance)
+        data["changes"] = redact_changes(data["changes"] or {})
+        return data
 
 
 class JobStateSerializer(serializers.Serializer):  # type: ignore[type-arg]

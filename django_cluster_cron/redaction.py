@@ -1,0 +1,67 @@
+"""Secret-looking keys of job arguments, shown masked wherever an operator reads them.
+
+A job's ``args`` and ``kwargs`` are stored and sent to its task as they are: the task needs them.
+Wherever people read them (the admin's job page and history, the API's job bodies and history),
+the value of every mapping key that looks secret is shown as :data:`MASK` instead. A key looks
+secret when its name, lowercased, contains one of ``REDACT_KEYS`` (``password``, ``token``,
+``key``, …): like Django's own error reports, this errs on the side of hiding.
+
+Editing stays possible: a masked value sent back unchanged (the admin's form, an API ``PUT`` of
+what a ``GET`` gave) keeps the stored value at the same place. Only a new value replaces it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .conf import app_settings
+
+MASK = "********"
+
+# Fields of a job whose values are arguments of its task.
+ARGUMENT_FIELDS = ("args", "kwargs")
+
+
+def secret(key: object) -> bool:
+    """Whether a mapping key names a secret (``REDACT_KEYS``)."""
+    name = str(key).lower()
+    return any(marker in name for marker in app_settings.REDACT_KEYS)
+
+
+def redact(value: Any) -> Any:
+    """``value`` with the value of every secret-looking key, at any depth, replaced by MASK."""
+    if isinstance(value, dict):
+        return {
+            key: MASK if secret(key) and item is not None else redact(item)
+            for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [redact(item) for item in value]
+    return value
+
+
+def restore(sent: Any, stored: Any) -> Any:
+    """What ``sent`` means given the ``stored`` value it was read from: each MASK under a
+    secret-looking key becomes the stored value at the same place, when there is one."""
+    if isinstance(sent, dict) and isinstance(stored, dict):
+        restored = {}
+        for key, item in sent.items():
+            if key in stored and secret(key) and item == MASK:
+                restored[key] = stored[key]
+            else:
+                restored[key] = restore(item, stored.get(key))
+        return restored
+    if isinstance(sent, list) and isinstance(stored, list):
+        return [
+            restore(item, stored[index] if index < len(stored) else None)
+            for index, item in enumerate(sent)
+        ]
+    return sent
+
+
+def redact_changes(changes: dict[str, Any]) -> dict[str, Any]:
+    """A history entry's ``{"field": [old, new]}`` with the arguments' secrets masked."""
+    return {
+        field: redact(values) if field in ARGUMENT_FIELDS else values
+        for field, values in changes.items()
+    }
