@@ -21,6 +21,7 @@ that declaration out and syncs the others.
 | cluster_cron.W006     | a database the app uses waits without bound on a silent link      |
 | cluster_cron.W007     | Redis lease: its connections would wait on Redis without bound     |
 | cluster_cron.W008     | the REST API is mounted and no ``TASK_ALLOWLIST`` is set           |
+| cluster_cron.W009     | the Celery app sends or accepts pickle or YAML messages            |
 
 W006 and W007 are deployment checks (``manage.py check --deploy``); ``run_scheduler`` shows them
 when it starts, since a scheduler is where an unbounded wait stops the cluster.
@@ -267,5 +268,47 @@ def check_task_allowlist(app_configs: Any = None, **kwargs: Any) -> list[CheckMe
             hint="Set CLUSTER_CRON['TASK_ALLOWLIST'] to the task name patterns jobs may use, "
             "e.g. ['billing.tasks.*', 'reports.tasks.*'].",
             id="cluster_cron.W008",
+        )
+    ]
+
+
+# Serializers that turn a message into code: whoever can write to the broker runs it.
+UNSAFE_SERIALIZERS = frozenset(
+    {"pickle", "yaml", "application/x-python-serialize", "application/x-yaml"}
+)
+
+
+@register(Tags.security)
+def check_serializers(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """W009: job messages carry JSON; a Celery app that also accepts pickle or YAML runs what
+    anyone able to write to the broker sends."""
+    from .celery_app import get_celery_app
+
+    try:
+        conf = get_celery_app().conf
+    except ImproperlyConfigured:
+        return []  # E006 says why
+    named = {
+        "accept_content": conf.accept_content,
+        "task_serializer": conf.task_serializer,
+        "result_accept_content": conf.result_accept_content,
+        "result_serializer": conf.result_serializer,
+    }
+    unsafe = {}
+    for setting, value in named.items():
+        values = [value] if isinstance(value, str) else list(value or ())
+        found = sorted({str(v) for v in values if str(v).lower() in UNSAFE_SERIALIZERS})
+        if found:
+            unsafe[setting] = found
+    if not unsafe:
+        return []
+    listed = "; ".join(f"{setting}: {', '.join(found)}" for setting, found in unsafe.items())
+    return [
+        Warning(
+            f"The Celery app sends or accepts messages that can run code ({listed}): anyone "
+            "who can write to the broker runs code in every worker. Job messages are JSON.",
+            hint="Use JSON: CELERY_ACCEPT_CONTENT = ['json'], CELERY_TASK_SERIALIZER = 'json' "
+            "(and the same for results).",
+            id="cluster_cron.W009",
         )
     ]

@@ -276,3 +276,20 @@ def test_the_api_without_a_task_allowlist_gets_w008(settings):
     settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "TASK_ALLOWLIST": None}
     settings.ROOT_URLCONF = "django_cluster_cron.urls"  # the health view only: no API
     assert check_task_allowlist() == []
+
+
+def test_a_celery_app_that_accepts_pickle_gets_w009():
+    from django_cluster_cron.celery_app import get_celery_app
+    from django_cluster_cron.checks import check_serializers
+
+    conf = get_celery_app().conf
+    assert check_serializers() == []  # the test project's app speaks JSON only
+    before = conf.accept_content
+    conf.accept_content = ["json", "pickle"]
+    try:
+        warned = check_serializers()
+    finally:
+        conf.accept_content = before
+    assert [m.id for m in warned] == ["cluster_cron.W009"]
+    assert "accept_content: pickle" in warned[0].msg
+    assert check_serializers() == []
