@@ -257,6 +257,7 @@ class Scheduler:
         try:
             if self.sender.taking_over:
                 self.sender.take_over()
+                self._return_parked()
             self.sender.send_due()
             # The idle path is this one query, whatever the number of jobs: the epoch, the
             # database's clock and the earliest next run (an indexed MIN).
@@ -338,6 +339,11 @@ class Scheduler:
             self.sender.arm(batch.ahead)
             if batch.jobs < limit:
                 return
+
+    def _return_parked(self) -> None:
+        for job_id in self.recorder.return_parked(self.clock()):
+            self._reported_invalid.discard(job_id)
+            logger.warning("job.returned job=%s: the problem it was parked for is gone", job_id)
 
     def _report_invalid(self, invalid: list[tuple[int, str]]) -> None:
         for job_id, error in invalid:

@@ -39,6 +39,7 @@ from ..ledger.rows import (
 )
 from ..models import JobDefinition, JobRun, RunStatus, RunTrigger, SchedulerLease, catchup_limits
 from ..models.fields import NOT_PLANNED
+from ..models.jobs import next_due_after
 
 logger = logging.getLogger("django_cluster_cron.scheduler")
 
@@ -141,6 +142,24 @@ class Recorder:
         result = JobDefinition.objects.filter(enabled=True).aggregate(first=Min("next_run_at"))
         value: datetime | None = result["first"]
         return value
+
+    def return_parked(self, now: datetime) -> list[int]:
+        """Bring back the jobs parked for a problem that is gone (a task the ``TASK_ALLOWLIST``
+        admits again after a deploy, a row fixed by hand): they owe slots from ``now``, as after
+        a resume. The ids brought back. A leader calls it once per term."""
+        returned = []
+        for job in JobDefinition.objects.filter(enabled=True, next_run_at__isnull=True):
+            if not job.is_scheduled or job.runtime_problem() is not None:
+                continue  # finished, or still wrong
+            next_run = next_due_after(job, now)
+            if next_run is None:  # past its end, or a schedule that never fires
+                continue
+            # Conditional: a row an operator changed meanwhile is theirs.
+            if JobDefinition.objects.filter(pk=job.pk, next_run_at__isnull=True).update(
+                next_run_at=next_run, last_scheduled_at=now
+            ):
+                returned.append(job.pk)
+        return returned
 
     # -- planning and recording ------------------------------------------------------------
 

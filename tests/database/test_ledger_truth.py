@@ -226,3 +226,39 @@ def test_a_job_whose_task_left_the_allowlist_is_parked_and_its_queued_run_fails(
     assert run.status == RunStatus.FAILED
     assert "TASK_ALLOWLIST" in run.error
     assert not Execution.objects.filter(label="x").exists()
+
+
+def test_a_parked_job_comes_back_once_its_task_is_allowed_again(settings):
+    """A deploy that widens the allowlist brings parked jobs back at the next term, owing slots
+    from then on; jobs still refused, paused or finished stay as they are."""
+    jobs = {}
+    for name, extra in (("billing", {}), ("other", {}), ("paused", {}), ("done", {"max_runs": 1})):
+        job = JobDefinition(
+            name=name, cron="* * * * * *", timezone="UTC", task="tests.record", **extra
+        )
+        job.full_clean()
+        job.save()
+        jobs[name] = job
+    jobs["other"].task = "tests.echo"
+    jobs["other"].save()
+    settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "TASK_ALLOWLIST": ["billing.*"]}
+    fence = Fence.claim("node", "token")
+    batch = Recorder().schedule_due(
+        now=timezone.now() + timedelta(seconds=2), fence=fence, node_id="node", limit=10
+    )
+    assert len(batch.invalid) == 4
+    jobs["paused"].refresh_from_db()
+    jobs["paused"].pause()
+    JobDefinition.objects.filter(pk=jobs["done"].pk).update(scheduled_runs=1)
+    assert not JobDefinition.objects.filter(next_run_at__isnull=False).exists()
+
+    settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "TASK_ALLOWLIST": ["tests.record"]}
+    now = timezone.now()
+    assert Recorder().return_parked(now) == [jobs["billing"].pk]
+    back = JobDefinition.objects.get(pk=jobs["billing"].pk)
+    assert back.last_scheduled_at == now
+    assert back.next_run_at is not None
+    assert back.next_run_at > now
+    for name in ("other", "paused", "done"):
+        assert JobDefinition.objects.get(pk=jobs[name].pk).next_run_at is None, name
+    assert Recorder().return_parked(now) == []  # once back, nothing more to do
