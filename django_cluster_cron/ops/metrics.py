@@ -21,6 +21,7 @@ the worker has chosen the multiprocess directory: the client picks its value sto
 from __future__ import annotations
 
 import functools
+import gzip
 import importlib.util
 import logging
 import os
@@ -28,6 +29,9 @@ import tempfile
 import threading
 from collections.abc import Iterable
 from typing import Any
+from urllib.parse import parse_qs
+
+from . import httpserve
 
 logger = logging.getLogger("django_cluster_cron.metrics")
 
@@ -219,18 +223,45 @@ def registry() -> Any:
 
 
 def serve(port: int, host: str = "0.0.0.0") -> int:
-    """Serve ``/metrics`` on a thread; return the port (``0`` picks a free one)."""
+    """Serve ``/metrics`` on a thread; return the port (``0`` picks a free one).
+
+    At most :data:`~.httpserve.MAX_CONNECTIONS` connections at once, each dropped after
+    :data:`~.httpserve.TIMEOUT` seconds of silence: see :mod:`.httpserve`."""
     if not installed():
         raise RuntimeError(
             "metrics need prometheus_client: pip install 'django-cluster-cron[metrics]'"
         )
-    from prometheus_client import start_http_server
-
-    server, _thread = start_http_server(port, addr=host, registry=registry())
-    bound = int(server.server_address[1])
-    listening.append((host, bound))
+    server = httpserve.BoundedHTTPServer(
+        (host, port), scrape_handler(registry()), name="metrics", logger=logger
+    )
+    server.start()
+    listening.append((host, server.port))
     log_listening()
-    return bound
+    return server.port
+
+
+def scrape_handler(source: Any) -> type[httpserve.Handler]:
+    """Answers a scrape of ``source`` as prometheus_client's own exporter does: the format the
+    ``Accept`` header asks for, gzip when accepted, ``name[]`` to pick families."""
+    from prometheus_client.exposition import choose_encoder, gzip_accepted
+
+    class MetricsHandler(httpserve.Handler):
+        def do_GET(self) -> None:
+            path, _, query = self.path.partition("?")
+            if path not in ("/", "/metrics"):
+                self.send_error(404, "try /metrics")
+                return
+            names = parse_qs(query).get("name[]")
+            collected = source.restricted_registry(names) if names else source
+            encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
+            body = encoder(collected)
+            headers = []
+            if gzip_accepted(self.headers.get("Accept-Encoding", "")):
+                body = gzip.compress(body)
+                headers.append(("Content-Encoding", "gzip"))
+            self.send_body(200, content_type, body, headers)
+
+    return MetricsHandler
 
 
 # Where this process serves /metrics (host, port): a Celery worker says it again once Celery has

@@ -22,11 +22,11 @@ import json
 import logging
 import os
 import socket
-import threading
 import time
 from collections.abc import Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
+
+from . import httpserve
 
 logger = logging.getLogger("django_cluster_cron.scheduler")
 
@@ -106,13 +106,15 @@ def process_health(scheduler: Scheduler) -> dict[str, Any]:
 
 
 class ProbeServer:
-    """The ``/livez``, ``/readyz`` and ``/healthz`` endpoints of one scheduler, on a thread."""
+    """The ``/livez``, ``/readyz`` and ``/healthz`` endpoints of one scheduler, on a thread (at
+    most :data:`~.httpserve.MAX_CONNECTIONS` connections at once, each dropped after
+    :data:`~.httpserve.TIMEOUT` seconds of silence: see :mod:`.httpserve`)."""
 
     def __init__(self, scheduler: Scheduler, host: str, port: int) -> None:
         self.scheduler = scheduler
         probe = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(httpserve.Handler):
             def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
                 if path not in ("/livez", "/readyz", "/healthz"):
@@ -120,34 +122,23 @@ class ProbeServer:
                     return
                 body = process_health(probe.scheduler)
                 ok = body["alive"] if path == "/livez" else body["ready"]
-                data = json.dumps(body).encode()
-                self.send_response(200 if ok else 503)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                self.send_body(200 if ok else 503, "application/json", json.dumps(body).encode())
 
-            def log_message(self, format: str, *args: Any) -> None:
-                pass  # probes every few seconds would flood the log
-
-        self.server = ThreadingHTTPServer((host, port), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(
-            target=self.server.serve_forever, name="cluster-cron-probe", daemon=True
+        self.server = httpserve.BoundedHTTPServer(
+            (host, port), Handler, name="health", logger=logger
         )
 
     @property
     def port(self) -> int:
-        return int(self.server.server_address[1])
+        return self.server.port
 
     def start(self) -> ProbeServer:
-        self.thread.start()
+        self.server.start()
         logger.info("health.listening port=%s paths=/livez,/readyz,/healthz", self.port)
         return self
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.stop()
 
 
 def sd_notify(state: str) -> bool:
