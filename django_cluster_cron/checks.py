@@ -12,6 +12,7 @@ that declaration out and syncs the others.
 | cluster_cron.E003     | ``RENEW_INTERVAL`` is not below half the ``LEASE_TTL``             |
 | cluster_cron.E004     | Redis lease: ``REDIS_ALIAS`` names no entry of ``CACHES``           |
 | cluster_cron.E005     | Redis lease: the ``REDIS_ALIAS`` cache is not a django-redis cache |
+| cluster_cron.E008     | Redis lease: redis-py or django-redis is not installed (an extra)  |
 | cluster_cron.W003     | ``LEASE_BACKEND`` is ``"memory"``: leases exclude one process only |
 | cluster_cron.W004     | a job declared in code cannot be read (unknown key, twice declared) |
 | cluster_cron.W005     | a job declared in code is invalid (the field and the model's words)|
@@ -30,6 +31,7 @@ when it starts, since a scheduler is where an unbounded wait stops the cluster.
 from __future__ import annotations
 
 import difflib
+import importlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -90,7 +92,9 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     if not bad & {"REDIS_ALIAS", "LEASE_BACKEND"}:
         backend = backend_name()
         if backend == "redis":
-            messages.extend(_check_redis_alias(app_settings.REDIS_ALIAS))
+            messages.extend(
+                _check_redis_installed() or _check_redis_alias(app_settings.REDIS_ALIAS)
+            )
         elif backend == "memory":
             messages.append(
                 Warning(
@@ -112,6 +116,26 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             )
         )
     return messages
+
+
+def _check_redis_installed() -> list[CheckMessage]:
+    missing = []
+    for name in ("redis", "django_redis"):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    if not missing:
+        return []
+    return [
+        Error(
+            f"The Redis lease needs {' and '.join(missing)}, not installed here: Redis is an "
+            "optional extra of django-cluster-cron.",
+            hint="pip install 'django-cluster-cron[redis]', or keep leases in the database: "
+            "LEASE_BACKEND = 'database'.",
+            id="cluster_cron.E008",
+        )
+    ]
 
 
 def _check_redis_alias(alias: str) -> list[CheckMessage]:

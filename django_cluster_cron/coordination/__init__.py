@@ -12,10 +12,9 @@ from __future__ import annotations
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..leases import LeaseBackend, get_backend
-from ..leases.redis import RedisBackend
 from .changes import (
     ChangeSignal,
     DatabaseChanges,
@@ -25,6 +24,9 @@ from .changes import (
 )
 from .counters import Counters, DatabaseCounters, MemoryCounters, RedisCounters
 from .reports import DatabaseReports, MemoryReports, NodeReports, RedisReports
+
+if TYPE_CHECKING:  # redis-py is imported only where the Redis lease is used
+    from ..leases.redis import RedisBackend
 
 __all__ = [
     "ChangeSignal",
@@ -53,8 +55,11 @@ _memory_lock = threading.Lock()
 
 def coordination_for(backend: LeaseBackend) -> Coordination:
     """The reports, counters and change signal that live where ``backend`` keeps its leases."""
-    if isinstance(backend, RedisBackend):
-        return Coordination(RedisReports(backend), RedisCounters(backend), RedisChanges(backend))
+    if backend.name == "redis":
+        redis_backend = cast("RedisBackend", backend)
+        return Coordination(
+            RedisReports(redis_backend), RedisCounters(redis_backend), RedisChanges(redis_backend)
+        )
     if backend.name == "database":
         return Coordination(DatabaseReports(), DatabaseCounters(), DatabaseChanges())
     with _memory_lock:

@@ -16,12 +16,14 @@ import select
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from django.db import DatabaseError, connections, router
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from ..leases.redis import RedisBackend
+if TYPE_CHECKING:  # redis-py is imported only where the Redis lease is used
+    from ..leases.redis import RedisBackend
+
 
 logger = logging.getLogger("django_cluster_cron.leases")
 

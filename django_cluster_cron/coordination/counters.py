@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from django.db import DatabaseError, IntegrityError
 from django.db.models import F
 
-from ..leases.redis import RedisBackend, redis_errors
+if TYPE_CHECKING:  # redis-py is imported only where the Redis lease is used
+    from ..leases.redis import RedisBackend
+
 
 logger = logging.getLogger("django_cluster_cron.leases")
 
@@ -39,6 +41,8 @@ class RedisCounters:
             logger.debug("stats.incr_failed counter=%s error=%s", counter, exc)
 
     def value(self, counter: str) -> int:
+        from ..leases.redis import redis_errors
+
         with redis_errors(f"reading counter {counter!r}"):
             found = self.place.client.get(self.place.key(f"stats:{counter}"))
         return int(found or 0)

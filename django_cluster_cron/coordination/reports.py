@@ -15,14 +15,16 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from django.db import DatabaseError, IntegrityError
 from django.db.models import Value
 
 from ..dbtime import DbNow
 from ..leases.base import LeaseUnavailable
-from ..leases.redis import RedisBackend, redis_errors
+
+if TYPE_CHECKING:  # redis-py is imported only where the Redis lease is used
+    from ..leases.redis import RedisBackend
 
 logger = logging.getLogger("django_cluster_cron.leases")
 
@@ -68,6 +70,8 @@ class RedisReports:
 
         client = self.place.client
         found: list[dict[str, Any]] = []
+        from ..leases.redis import redis_errors
+
         with redis_errors("reading node reports"):
             for raw_key in client.scan_iter(match=self.place.key("node:*"), count=100):
                 try:
