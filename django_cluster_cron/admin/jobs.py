@@ -41,6 +41,7 @@ from .job_form import (
     JobDefinitionForm,
     preview_html,
 )
+from .lookups import list_lookup_allowed
 
 
 class LastStatusFilter(admin.SimpleListFilter):
@@ -187,6 +188,9 @@ class JobDefinitionAdmin(JobOperations):
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return JobChangeList
+
+    def lookup_allowed(self, lookup: str, value: Any, request: HttpRequest | None = None) -> bool:
+        return list_lookup_allowed(self, lookup, value, request)
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
         # Declarations the sync leaves out have no row (or an old one): say so above the list.

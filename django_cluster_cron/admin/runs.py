@@ -22,6 +22,7 @@ from ..actions import ActionRefused
 from ..models import JobDefinition, JobRun
 from ..validation import whole_number
 from .display import duration_text, moment, run_badge, zone_of
+from .lookups import list_lookup_allowed
 
 COUNT_CAP = 10_000
 JOB_FILTER_CHOICES = 30
@@ -189,6 +190,9 @@ class JobRunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return LedgerChangeList
+
+    def lookup_allowed(self, lookup: str, value: Any, request: HttpRequest | None = None) -> bool:
+        return list_lookup_allowed(self, lookup, value, request)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -41,3 +41,41 @@ def test_the_api_refuses_a_number_no_column_holds_with_a_400_naming_it(
 @pytest.mark.parametrize("path", ["jobs", "runs"])
 def test_the_api_answers_404_for_an_id_no_column_holds(admin_client, path):
     assert admin_client.get(f"/cron/api/{path}/{HUGE}/").status_code == 404
+
+
+# -- a change list's URL filters by its own filters, nothing else ---------------------------------
+
+REFUSED = [
+    ("jobrun", {"scheduled_for__year": HUGE}),
+    ("jobrun", {"scheduled_for__month": "13"}),
+    ("jobrun", {"job": HUGE}),
+    ("jobrun", {"job_id": HUGE}),
+    ("jobrun", {"job__in": HUGE}),
+    ("jobrun", {"id__in": f"1,{HUGE}"}),
+    ("jobrun", {"error__icontains": "password"}),
+    ("jobrun", {"job__kwargs__api_key": "x"}),
+    ("jobdefinition", {"catchup_window": "abc"}),
+    ("jobdefinition", {"id__in": HUGE}),
+    ("jobdefinition", {"kwargs__api_key__startswith": "sk_"}),
+    ("jobdefinition", {"args__0__token": "t"}),
+    ("jobdefinition", {"task__startswith": "tests"}),
+]
+
+
+@pytest.mark.parametrize(("model", "query"), REFUSED)
+def test_a_change_list_refuses_a_url_lookup_none_of_its_filters_makes(admin_client, model, query):
+    answer = admin_client.get(f"/admin/django_cluster_cron/{model}/", query)
+    assert answer.status_code == 400
+
+
+ALLOWED = [
+    ("jobrun", {"scheduled_for__year": "2026", "scheduled_for__month": "11"}),
+    ("jobrun", {"status__exact": "failed", "trigger__exact": "manual"}),
+    ("jobdefinition", {"enabled__exact": "1", "task__exact": "tests.echo"}),
+    ("jobdefinition", {"catchup_policy__exact": "all", "overlap_policy__exact": "skip"}),
+]
+
+
+@pytest.mark.parametrize(("model", "query"), ALLOWED)
+def test_a_change_list_takes_what_its_filters_make(admin_client, model, query):
+    assert admin_client.get(f"/admin/django_cluster_cron/{model}/", query).status_code == 200
