@@ -9,10 +9,11 @@ the process, until it cannot open a connection to its broker or database. Here:
 * each connection has a socket timeout (:data:`TIMEOUT`): a client that sends nothing for that
   long is dropped; and the whole request (request line and headers) must arrive within
   :data:`REQUEST_TIMEOUT`, so a client dribbling a byte at a time is dropped too;
-* at most :data:`MAX_CONNECTIONS` connections are served at once: one more is closed as soon as
-  it is accepted, with no thread started and its descriptor released, and a warning
-  (``<name>.busy``) is logged at most once every :data:`BUSY_LOG_EVERY` seconds, counting the
-  connections closed since the last one.
+* at most :data:`MAX_CONNECTIONS` connections are served at once, and at most
+  :data:`MAX_PER_CLIENT` from one address, so one client flooding the port leaves room for the
+  probes and scrapers of the others: one more is closed as soon as it is accepted, with no thread
+  started and its descriptor released, and a warning (``<name>.busy``) is logged at most once
+  every :data:`BUSY_LOG_EVERY` seconds, counting the connections closed since the last one.
 
 Each connection answers one request (HTTP/1.0), on a daemon thread.
 """
@@ -38,6 +39,8 @@ REQUEST_TIMEOUT = 10.0
 # Connections served at once, per server. A kubelet's probes, a pair of Prometheus servers and an
 # operator's curl need a handful; each costs a thread and a descriptor in the process.
 MAX_CONNECTIONS = 16
+# Connections served at once from one client address: a flood from one host cannot take them all.
+MAX_PER_CLIENT = 4
 # The fewest seconds between two ``<name>.busy`` warnings of one server.
 BUSY_LOG_EVERY = 60.0
 
@@ -114,6 +117,7 @@ class BoundedHTTPServer(HTTPServer):
         name: str,
         logger: logging.Logger,
         max_connections: int = MAX_CONNECTIONS,
+        max_per_client: int = MAX_PER_CLIENT,
         timeout: float = TIMEOUT,
         request_timeout: float = REQUEST_TIMEOUT,
         busy_log_every: float = BUSY_LOG_EVERY,
@@ -121,11 +125,12 @@ class BoundedHTTPServer(HTTPServer):
         self.name = name
         self.logger = logger
         self.max_connections = max_connections
+        self.max_per_client = max_per_client
         self.idle_timeout = timeout
         self.request_timeout = request_timeout
         self.busy_log_every = busy_log_every
         self._lock = threading.Lock()
-        self._open: set[socket.socket] = set()
+        self._open: dict[socket.socket, str] = {}  # connection -> its client's address
         self._closed_busy = 0  # connections closed for want of room since the last warning
         self._last_busy_log: float | None = None
         self._thread: threading.Thread | None = None
@@ -154,10 +159,13 @@ class BoundedHTTPServer(HTTPServer):
         self.server_close()
 
     def process_request(self, request: Any, client_address: Any) -> None:
+        client = str(client_address[0]) if client_address else ""
         with self._lock:
-            room = len(self._open) < self.max_connections
+            room = len(self._open) < self.max_connections and (
+                sum(1 for c in self._open.values() if c == client) < self.max_per_client
+            )
             if room:
-                self._open.add(request)
+                self._open[request] = client
         if not room:
             self.shutdown_request(request)
             self._busy()
@@ -172,7 +180,7 @@ class BoundedHTTPServer(HTTPServer):
             thread.start()
         except BaseException:
             with self._lock:
-                self._open.discard(request)
+                self._open.pop(request, None)
             raise  # the caller logs it and closes the connection
 
     def _serve(self, request: Any, client_address: Any) -> None:
@@ -182,7 +190,7 @@ class BoundedHTTPServer(HTTPServer):
             self.handle_error(request, client_address)
         finally:
             with self._lock:
-                self._open.discard(request)
+                self._open.pop(request, None)
             self.shutdown_request(request)
 
     def _busy(self) -> None:
@@ -195,10 +203,12 @@ class BoundedHTTPServer(HTTPServer):
             closed, self._closed_busy = self._closed_busy, 0
             self._last_busy_log = now
         self.logger.warning(
-            "%s.busy port=%s limit=%s closed=%s: connections beyond the limit are closed at once",
+            "%s.busy port=%s limit=%s per_client=%s closed=%s: connections beyond the limits "
+            "are closed at once",
             self.name,
             self.port,
             self.max_connections,
+            self.max_per_client,
             closed,
         )
 

@@ -44,8 +44,10 @@ def serving(handler=Hello, **limits) -> Iterator[httpserve.BoundedHTTPServer]:
         server.stop()
 
 
-def connect(server: httpserve.BoundedHTTPServer) -> socket.socket:
-    return socket.create_connection(("127.0.0.1", server.port), timeout=30)
+def connect(server: httpserve.BoundedHTTPServer, source: str = "127.0.0.1") -> socket.socket:
+    return socket.create_connection(
+        ("127.0.0.1", server.port), timeout=30, source_address=(source, 0)
+    )
 
 
 def closed_by_server(sock: socket.socket, timeout: float = 30) -> bool:
@@ -74,7 +76,7 @@ def get(server: httpserve.BoundedHTTPServer, path: str = "/", **headers: str):
 
 def test_connections_past_the_cap_are_closed_at_once_without_a_thread(caplog):
     caplog.set_level(logging.WARNING, logger=LOGGER.name)
-    with serving(max_connections=CAP, timeout=60) as server:
+    with serving(max_connections=CAP, max_per_client=CAP, timeout=60) as server:
         idle = [connect(server) for _ in range(CAP)]
         wait_for(lambda: server.active == CAP, 30, "the first connections to be served")
         extra = [connect(server) for _ in range(3 * CAP)]
@@ -91,6 +93,26 @@ def test_connections_past_the_cap_are_closed_at_once_without_a_thread(caplog):
                 sock.close()
         wait_for(lambda: server.active == 0, 30, "the idle connections to end")
         assert get(server)[0] == 200
+
+
+def test_one_client_cannot_take_every_connection():
+    """A flood from one address fills its own share; another address is still served (Linux
+    routes all of 127.0.0.0/8 to the loopback interface)."""
+    with serving(max_connections=3 * CAP, max_per_client=CAP, timeout=60) as server:
+        flood = [connect(server) for _ in range(CAP)]
+        wait_for(lambda: server.active == CAP, 30, "the flood's first connections to be served")
+        extra = [connect(server) for _ in range(2 * CAP)]
+        try:
+            for sock in extra:
+                assert closed_by_server(sock), "one client got more than its share"
+            assert server.active == CAP
+            with connect(server, source="127.0.0.2") as other:
+                other.sendall(b"GET / HTTP/1.0\r\n\r\n")
+                other.settimeout(30)
+                assert other.recv(64).startswith(b"HTTP/1.0 200")
+        finally:
+            for sock in flood + extra:
+                sock.close()
 
 
 def test_an_idle_connection_is_dropped_after_the_timeout():
