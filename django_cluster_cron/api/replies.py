@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from drf_spectacular.utils import PolymorphicProxySerializer
-from rest_framework import permissions
+from rest_framework import permissions, serializers
 from rest_framework.request import Request
 
 from ..models import JobDefinition, JobRun
@@ -50,3 +50,23 @@ def run_reply(request: Request, run: JobRun) -> Any:
         return RunSerializer(run).data
     state = {"id": run.pk, "job": run.job_id, "status": run.status, "attempt": run.attempt}
     return RunStateSerializer(state).data
+
+
+class BackfillResultSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    slots = serializers.IntegerField(help_text="Slots in the range without a run.")
+    existing = serializers.IntegerField(help_text="Slots in the range that already have a run.")
+    created = PolymorphicProxySerializer(
+        component_name="RunReply",
+        serializers=[RunSerializer, RunStateSerializer],
+        resource_type_field_name=None,
+        many=True,
+        help_text="The runs recorded (empty for a dry run), whole or their state as for run/.",
+    )
+
+
+def backfill_reply(request: Request, slots: int, existing: int, created: list[JobRun]) -> Any:
+    return {
+        "slots": slots,
+        "existing": existing,
+        "created": [run_reply(request, run) for run in created],
+    }

@@ -33,13 +33,21 @@ from ..core.timing import SlotTiming
 from ..dbtime import DbNow
 from ..describe import describe
 from ..models import JobChange, JobDefinition, JobRun, RunStatus, RunTrigger
-from ..ops.health import cluster_health
+from ..ops.views import recent_health
 from .params import JobPagination, RunPagination, choice, flag, instant, integer, text
 from .parsers import api_parser_classes
-from .replies import APP, JOB_REPLY, RUN_REPLY, ClusterStatusPermission, job_reply, run_reply
+from .replies import (
+    APP,
+    JOB_REPLY,
+    RUN_REPLY,
+    BackfillResultSerializer,
+    ClusterStatusPermission,
+    backfill_reply,
+    job_reply,
+    run_reply,
+)
 from .schema import ClusterCronSchema
 from .serializers import (
-    BackfillResultSerializer,
     BackfillSerializer,
     JobChangeSerializer,
     JobSerializer,
@@ -245,11 +253,7 @@ class JobViewSet(Audited, viewsets.ModelViewSet):  # type: ignore[type-arg]
             )
         except actions.ActionRefused as exc:
             raise _operation_error(exc) from None
-        return Response(
-            BackfillResultSerializer(
-                {"slots": len(plan.slots), "existing": plan.existing, "created": created}
-            ).data
-        )
+        return Response(backfill_reply(request, len(plan.slots), plan.existing, created))
 
     @extend_schema(request=None, responses=JOB_REPLY)
     @action(detail=True, methods=["post"])
@@ -402,7 +406,7 @@ class HealthView(ApiView):
     )
     def get(self, request: Request) -> Response:
         broker = flag(request.query_params.get("broker"), "broker", default=True)
-        report = cluster_health(broker=bool(broker))
+        report = recent_health(broker=bool(broker))  # one round of checks per HEALTH_CACHE
         return Response(report.as_dict(), status=200 if report.healthy else 503)
 
 

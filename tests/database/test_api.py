@@ -557,6 +557,21 @@ def test_an_action_answers_with_the_whole_job_or_run_only_to_who_may_view_it(adm
     assert "hunter2" not in str(body)
 
 
+def test_a_backfill_answers_with_whole_runs_only_to_who_may_view_them():
+    job = make_job(cron="0 * * * *", timezone="UTC")
+    now = timezone.now()
+    body = {"start": (now - timedelta(hours=3)).isoformat(), "end": now.isoformat()}
+    filler = user_with("backfill_jobdefinition")
+    short = filler.post(f"{API}/jobs/{job.pk}/backfill/", body, format="json")
+    assert short.status_code == 200, short.json()
+    assert short.json()["created"]
+    assert all(set(run) == {"id", "job", "status", "attempt"} for run in short.json()["created"])
+    JobRun.objects.all().delete()
+    viewer = user_with("backfill_jobdefinition", "view_jobrun")
+    whole = viewer.post(f"{API}/jobs/{job.pk}/backfill/", body, format="json").json()
+    assert all("traceback" in run and "task_id" in run for run in whole["created"])
+
+
 def test_an_actions_two_answers_are_told_apart_by_the_schema(admin):
     schemas = admin.get(f"{API}/schema/?format=json").json()["components"]["schemas"]
     assert [s["$ref"] for s in schemas["RunReply"]["oneOf"]] == [
