@@ -28,15 +28,25 @@ def secret(key: object) -> bool:
     return any(marker in name for marker in app_settings.REDACT_KEYS)
 
 
-def redact(value: Any) -> Any:
-    """``value`` with the value of every secret-looking key, at any depth, replaced by MASK."""
+def redact(value: Any, markers: tuple[str, ...] | None = None) -> Any:
+    """``value`` with the value of every secret-looking key, at any depth, replaced by MASK
+    (``markers``: ``REDACT_KEYS`` read once by a caller that masks many values)."""
+    markers = app_settings.REDACT_KEYS if markers is None else markers
+    return _redact(value, markers) if markers else value
+
+
+def _redact(value: Any, markers: tuple[str, ...]) -> Any:
     if isinstance(value, dict):
         return {
-            key: MASK if secret(key) and item is not None else redact(item)
+            key: MASK
+            if item is not None and any(m in str(key).lower() for m in markers)
+            else _redact(item, markers)
             for key, item in value.items()
         }
     if isinstance(value, list):
-        return [redact(item) for item in value]
+        return [_redact(item, markers) for item in value]
+    if isinstance(value, tuple):
+        return tuple(_redact(item, markers) for item in value)
     return value
 
 

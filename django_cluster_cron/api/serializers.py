@@ -185,10 +185,25 @@ class JobSerializer(ModelValidated):
         return data
 
     def validate_args(self, value: Any) -> Any:
-        return restore(value, None if self.instance is None else self.instance.args)
+        return self._arguments("args", value)
 
     def validate_kwargs(self, value: Any) -> Any:
-        return restore(value, None if self.instance is None else self.instance.kwargs)
+        return self._arguments("kwargs", value)
+
+    def _arguments(self, name: str, value: Any) -> Any:
+        job = self.instance
+        if job is None:
+            return value
+        stored = getattr(job, name)
+        if job.source == "code":
+            # Only what a GET gave (masked) is taken back: a request can neither change the
+            # arguments of a job declared in code nor confirm a guess at a masked value.
+            if value != redact(stored):
+                raise serializers.ValidationError(
+                    f"Defined in code at {job.code_origin}: change it there and sync."
+                )
+            return stored
+        return restore(value, stored)
 
     def get_fields(self) -> dict[str, Any]:
         fields = super().get_fields()
@@ -270,12 +285,6 @@ class BackfillSerializer(StrictBody):
         if attrs["end"] <= attrs["start"]:
             raise serializers.ValidationError({"end": "The end must be after the start."})
         return attrs
-
-
-class BackfillResultSerializer(serializers.Serializer):  # type: ignore[type-arg]
-    slots = serializers.IntegerField(help_text="Slots in the range without a run.")
-    existing = serializers.IntegerField(help_text="Slots in the range that already have a run.")
-    created = RunSerializer(many=True, help_text="The runs recorded (empty for a dry run).")
 
 
 class PreviewQuerySerializer(serializers.Serializer):  # type: ignore[type-arg]

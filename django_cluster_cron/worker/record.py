@@ -30,6 +30,7 @@ from ..ledger.statements import finish_run
 from ..ledger.transitions import record_discarded, record_unrunnable
 from ..models import JobRun, RunStatus
 from ..ops import metrics
+from ..redaction import redact
 from .claim import is_id, with_fresh_connection, worker_name
 
 logger = logging.getLogger("django_cluster_cron.worker")
@@ -212,7 +213,9 @@ def _publish_retry(task: Any, run: JobRun, *, eta: datetime, db_now: datetime) -
 
 
 def _short(result: Any) -> str:
-    text = repr(result)
+    """The result as the ledger keeps it: its repr, with secret-looking values of a dict or
+    list masked as the admin masks arguments (a task returning its kwargs shows them)."""
+    text = repr(redact(result))
     return text if len(text) <= RESULT_LIMIT else text[: RESULT_LIMIT - 1] + "…"
 
 

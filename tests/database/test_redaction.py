@@ -140,3 +140,31 @@ def test_a_viewer_sees_the_arguments_masked():
     assert "sk_live_1" not in html
     assert "hunter2" not in html
     assert "db1" in html  # the rest is shown
+
+
+def test_a_job_declared_in_code_confirms_no_guess_at_a_masked_value():
+    job = make_job(source="code", code_origin="billing/jobs.py:12")
+    client = APIClient()
+    client.force_authenticate(User.objects.create_superuser("root", "r@example.com", None))
+    for guess in ("sk_live_1", "sk_live_2"):  # the right value and a wrong one: the same answer
+        answer = client.patch(
+            f"{API}/jobs/{job.pk}/", {"kwargs": {**SECRETS, "api_key": guess}}, format="json"
+        )
+        assert answer.status_code == 400
+        assert answer.json() == {"kwargs": ["Defined in code at billing/jobs.py:12: change it "
+                                            "there and sync."]}  # fmt: skip
+    job.refresh_from_db()
+    assert job.kwargs == SECRETS
+
+
+def test_a_result_that_returns_its_arguments_is_kept_masked():
+    from tests.support.jobs import apply, make_run
+
+    job = make_job()
+    job.task = "tests.echo"
+    job.save()
+    run = apply(make_run(job))
+    assert run.status == "success", run.error
+    assert "sk_live_1" not in run.result
+    assert "hunter2" not in run.result
+    assert MASK in run.result

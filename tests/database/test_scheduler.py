@@ -7,6 +7,8 @@ test_scheduler_processes.py.
 
 from __future__ import annotations
 
+import base64
+import json
 import logging
 import threading
 import time
@@ -58,6 +60,23 @@ def test_the_leader_records_each_due_slot_once_and_publishes_it_with_its_task_id
 
     scheduler.step()  # nothing new is due: nothing new is written or sent
     assert JobRun.objects.count() == 1
+
+
+def test_what_celerys_tools_show_of_the_arguments_is_masked_and_the_task_gets_them_whole(
+    make_scheduler, redis_client
+):
+    clock = Clock(T0 + timedelta(seconds=0.5))
+    job("every-minute", watermark=T0 - timedelta(seconds=30), task="tests.echo",
+        args=[{"token": "t0k"}], kwargs={"api_key": "sk_live", "region": "eu"})  # fmt: skip
+    make_scheduler("node-a", clock).step()
+    [message] = queued_messages(redis_client)
+    headers = message["headers"]
+    assert "sk_live" not in headers["kwargsrepr"]
+    assert "t0k" not in headers["argsrepr"]
+    assert "'region': 'eu'" in headers["kwargsrepr"]
+    body = json.loads(base64.b64decode(message["body"]))
+    assert body[0] == [{"token": "t0k"}]
+    assert body[1] == {"api_key": "sk_live", "region": "eu"}
     assert len(queued_messages(redis_client)) == 1
 
 

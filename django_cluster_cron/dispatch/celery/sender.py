@@ -21,7 +21,9 @@ from celery import Celery
 from celery.utils.saferepr import saferepr
 
 from ...celery_app import registered_task_names
+from ...conf import app_settings
 from ...ledger.outbox import OutboxMessage
+from ...redaction import redact
 
 logger = logging.getLogger("django_cluster_cron.scheduler")
 
@@ -81,6 +83,9 @@ class BatchSender:
         self.repr_limits = (amqp.argsrepr_maxsize, conf.task_repr_maxlevels)
         self.kwargsrepr_maxsize = amqp.kwargsrepr_maxsize
         self.no_kwargs = saferepr({}, amqp.kwargsrepr_maxsize, maxlevels=conf.task_repr_maxlevels)
+        # What Celery's tools show of the arguments (Flower, events, the worker's log) is masked
+        # as the admin masks it; the message's own arguments are the task's, unmasked.
+        self.markers = app_settings.REDACT_KEYS
         self.backend = app.backend
 
     def _task(self, name: str) -> tuple[Any, dict[str, Any]]:
@@ -189,6 +194,7 @@ class BatchSender:
     def _repr(self, value: list[Any] | dict[str, Any]) -> str:
         if type(value) is list and all(type(arg) is int for arg in value):
             return repr(value)  # what saferepr gives for a short list of ints, much cheaper
+        value = redact(value, self.markers)
         maxsize, maxlevels = self.repr_limits
         if isinstance(value, dict):
             maxsize = self.kwargsrepr_maxsize
