@@ -29,11 +29,24 @@ def sleep(seconds: float = 1.0) -> float:
     return seconds
 
 
+# Where demo.http_get may go: the demo's own ping view on this host. Whoever may add a job
+# chooses the URL, so a task that fetches any URL would fetch cloud metadata or scan the
+# internal network for them.
+PING_HOSTS = {"127.0.0.1", "localhost"}
+PING_PATH = "/demo/ping/"
+
+
 @shared_task(name="demo.http_get")
 def http_get(url: str) -> dict[str, Any]:
-    """GET a URL (meant for the demo's own `/demo/ping/`); an HTTP error fails the run."""
-    if urlsplit(url).scheme not in {"http", "https"}:
-        raise ValueError(f"demo.http_get: url must start with http:// or https://, got {url!r}")
+    """GET the demo's own `/demo/ping/` on this host; an HTTP error fails the run."""
+    parts = urlsplit(url)
+    if parts.scheme not in {"http", "https"} or parts.hostname not in PING_HOSTS:
+        raise ValueError(
+            f"demo.http_get: only the demo's own {PING_PATH} on this host "
+            f"(http://127.0.0.1:<port>{PING_PATH}), got {url!r}"
+        )
+    if parts.path != PING_PATH or parts.query or parts.username:
+        raise ValueError(f"demo.http_get: only the path {PING_PATH}, got {url!r}")
     with urllib.request.urlopen(url, timeout=5) as response:
         body = response.read()
         status = response.status
