@@ -22,7 +22,6 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import Permission, User
-from django.http import HttpResponse
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
@@ -100,10 +99,9 @@ def pairs() -> set[tuple[str, str]]:
     for row in ROWS.values():
         for pair in itertools.combinations(sorted(set(re.findall(r"`(\w+)`", row.needs))), 2):
             alone = [
-                holds(row.needs, lambda name, held=held: name in held, superuser=False,
-                      logged_in=True)
-                for held in (pair, pair[:1], pair[1:])
-            ]  # fmt: skip
+                holds(row.needs, held.__contains__, superuser=False, logged_in=True)
+                for held in (set(pair), {pair[0]}, {pair[1]})
+            ]
             if alone[0] and not (alone[1] or alone[2]):
                 found.add(pair)
     return found
@@ -194,9 +192,10 @@ def make_job() -> JobDefinition:
 
 def make_run(job: JobDefinition, status: str) -> JobRun:
     slot = timezone.now().replace(microsecond=0) - timedelta(minutes=10)
-    return JobRun.objects.create(
+    run: JobRun = JobRun.objects.create(
         job=job, scheduled_for=slot, task_id=job.task_id_for(slot), status=status
     )
+    return run
 
 
 def fresh(obj: Any) -> Any:
@@ -207,20 +206,20 @@ def job_changes(o: Objects) -> str:
     return reverse(f"admin:{APP}_jobdefinition_changelist")
 
 
-def form_of(job: JobDefinition, **changes: str) -> dict[str, str]:
+def form_of(job: JobDefinition, **changes: str | None) -> dict[str, str]:
     data = {**VALID, **JOB, "name": job.name, **changes}
-    return {key: value for key, value in data.items() if value is not None}
+    return {key: str(value) for key, value in data.items() if value is not None}
 
 
 def list_action(action: str, target: Callable[[Objects], JobDefinition]) -> Callable[..., Any]:
-    def call(client: Client, o: Objects) -> HttpResponse:
+    def call(client: Client, o: Objects) -> Any:
         return client.post(job_changes(o), {"action": action, "_selected_action": [target(o).pk]})
 
     return call
 
 
 def run_action(action: str, target: Callable[[Objects], JobRun]) -> Callable[..., Any]:
-    def call(client: Client, o: Objects) -> HttpResponse:
+    def call(client: Client, o: Objects) -> Any:
         url = reverse(f"admin:{APP}_jobrun_changelist")
         return client.post(url, {"action": action, "_selected_action": [target(o).pk]})
 
@@ -232,7 +231,7 @@ def manual_runs(job: Callable[[Objects], JobDefinition]) -> Callable[[Objects], 
 
 
 def backfilled(o: Objects) -> bool:
-    return JobRun.objects.filter(job=o.job, trigger=RunTrigger.BACKFILL).exists()
+    return bool(JobRun.objects.filter(job=o.job, trigger=RunTrigger.BACKFILL).exists())
 
 
 def past_range() -> dict[str, str]:
@@ -244,7 +243,7 @@ def admin_job(o: Objects, page: str) -> str:
     return reverse(f"admin:{APP}_{page}", args=[o.job.pk])
 
 
-Call = Callable[[Client, Objects], HttpResponse]
+Call = Callable[[Client, Objects], Any]  # the test client's response
 Effect = Callable[[Objects], bool]
 
 # Row name -> (the request, what it changes if allowed; None for a page that only reads).
@@ -408,7 +407,7 @@ REQUESTS: dict[str, tuple[Call, Effect | None]] = {
 }
 
 
-def outcome(name: str, response: HttpResponse, changed: bool | None) -> str:
+def outcome(name: str, response: Any, changed: bool | None) -> str:
     """ "allowed", "refused", or what made it neither."""
     status = response.status_code
     if name.startswith("health"):
@@ -457,7 +456,7 @@ def test_a_row_allows_exactly_the_users_it_names(name, redis_client, settings):
         client = Client()
         user = None
         if label != "anonymous":
-            user = make_user(label, staff, superuser, codenames)  # type: ignore[arg-type]
+            user = make_user(label, staff, superuser, codenames)
             client.force_login(user)
             user = User.objects.get(pk=user.pk)  # no permission cache
         objects = Objects()
