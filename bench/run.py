@@ -91,6 +91,7 @@ def run_workload(name: str, args: argparse.Namespace, out: Path, env: dict[str, 
     except subprocess.TimeoutExpired:
         code = f"timed out after {WORKLOAD_TIMEOUT} s"
     seconds = time.monotonic() - started
+    print(f"run.py: {name} took {seconds:.0f} s", flush=True)
     path = out / f"{name}.json"
     if code != 0 or not path.exists():
         return {"workload": name, "error": f"exited with {code} after {seconds:.0f} s"}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Release check: build the sdist and wheel, check their metadata and contents, then install ONLY
-# the wheel (and its declared dependencies) into a fresh virtualenv, make a new Django project
+# the wheel with its redis extra (and their declared dependencies) into a fresh virtualenv, make a new Django project
 # that uses the app, and drive one real slot through it: run_scheduler --once publishes to a
 # throwaway Redis, a Celery worker runs it, the run ends `success`.
 #
