@@ -191,14 +191,11 @@ def test_a_figure_bench_does_not_record_fails():
     assert not unrecorded(item, recorded)
     changed = re.sub(r"replaced in [\d.]+ s", "replaced in 10.4 s", item)
     assert changed != item
-    assert unrecorded(changed, recorded) == [
-        "'10.4 s' is not in bench/README.md#results-of-2026-11-25-issues-13-14-15-18"
-    ]
+    cited = "bench/README.md#results-of-2026-11-27-failover-after-the-session-witness"
+    assert unrecorded(changed, recorded) == [f"'10.4 s' is not in {cited}"]
     # 7.5 s is recorded, by an older run than the one the item cites: also refused.
     older = re.sub(r"replaced in [\d.]+ s", "replaced in 7.5 s", item)
-    assert unrecorded(older, recorded) == [
-        "'7.5 s' is not in bench/README.md#results-of-2026-11-25-issues-13-14-15-18"
-    ]
+    assert unrecorded(older, recorded) == [f"'7.5 s' is not in {cited}"]
 
 
 # -- measured figures ---------------------------------------------------------------------------
