@@ -22,10 +22,11 @@ MASK = "********"
 ARGUMENT_FIELDS = ("args", "kwargs")
 
 
-def secret(key: object) -> bool:
-    """Whether a mapping key names a secret (``REDACT_KEYS``)."""
+def secret(key: object, markers: tuple[str, ...] | None = None) -> bool:
+    """Whether a mapping key names a secret (``REDACT_KEYS``, or ``markers`` read once by a
+    caller that looks at many keys)."""
     name = str(key).lower()
-    return any(marker in name for marker in app_settings.REDACT_KEYS)
+    return any(marker in name for marker in markers or app_settings.REDACT_KEYS)
 
 
 def redact(value: Any, markers: tuple[str, ...] | None = None) -> Any:
@@ -38,9 +39,7 @@ def redact(value: Any, markers: tuple[str, ...] | None = None) -> Any:
 def _redact(value: Any, markers: tuple[str, ...]) -> Any:
     if isinstance(value, dict):
         return {
-            key: MASK
-            if item is not None and any(m in str(key).lower() for m in markers)
-            else _redact(item, markers)
+            key: MASK if item is not None and secret(key, markers) else _redact(item, markers)
             for key, item in value.items()
         }
     if isinstance(value, list):
@@ -53,17 +52,22 @@ def _redact(value: Any, markers: tuple[str, ...]) -> Any:
 def restore(sent: Any, stored: Any) -> Any:
     """What ``sent`` means given the ``stored`` value it was read from: each MASK under a
     secret-looking key becomes the stored value at the same place, when there is one."""
+    markers = app_settings.REDACT_KEYS
+    return _restore(sent, stored, markers) if markers else sent
+
+
+def _restore(sent: Any, stored: Any, markers: tuple[str, ...]) -> Any:
     if isinstance(sent, dict) and isinstance(stored, dict):
         restored = {}
         for key, item in sent.items():
-            if key in stored and secret(key) and item == MASK:
+            if key in stored and item == MASK and secret(key, markers):
                 restored[key] = stored[key]
             else:
-                restored[key] = restore(item, stored.get(key))
+                restored[key] = _restore(item, stored.get(key), markers)
         return restored
     if isinstance(sent, list) and isinstance(stored, list):
         return [
-            restore(item, stored[index] if index < len(stored) else None)
+            _restore(item, stored[index] if index < len(stored) else None, markers)
             for index, item in enumerate(sent)
         ]
     return sent
