@@ -1,4 +1,7 @@
-"""Cron expressions in words, for the admin ("At 02:30 AM, Monday through Friday").
+"""Schedules in words, for the admin and the API ("At 02:30, Monday through Friday", "Every
+1 hour 30 minutes (elapsed time)", "Once, at 2026-12-24 18:00 in the job's time zone").
+
+Intervals and one-offs are put in words here.
 
 Uses the cron-descriptor library on the expression as our dialect reads it — rewritten from its
 value sets (:meth:`~django_cluster_cron.core.dialect.CronFields.canonical`), so that library's
@@ -11,12 +14,26 @@ from __future__ import annotations
 import functools
 
 from .core.errors import ScheduleError
+from .core.interval import IntervalSchedule, duration_in_words
+from .core.oneoff import OneOffSchedule
 from .core.parsing import parse
+from .core.schedules import parse as parse_any
 
 
 @functools.lru_cache(maxsize=2048)
 def describe(expression: str) -> str:
     """A human description; the expression itself if it cannot be described."""
+    if expression.lstrip().startswith("@"):
+        try:
+            schedule = parse_any(expression, "UTC")
+        except ScheduleError:
+            return expression
+        if isinstance(schedule, IntervalSchedule):
+            return f"Every {duration_in_words(schedule.interval)} (elapsed time)"
+        if isinstance(schedule, OneOffSchedule):
+            if schedule.wall is not None:
+                return f"Once, at {schedule.wall:%Y-%m-%d %H:%M:%S} in the job's time zone"
+            return f"Once, at {schedule.instant:%Y-%m-%d %H:%M:%S} UTC"
     try:
         canonical = parse(expression).canonical()
     except ScheduleError:

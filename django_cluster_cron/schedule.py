@@ -18,27 +18,39 @@ from .core.catchup import (
     parse_policy,
     plan_slots,
 )
-from .core.cron import ALIASES, CronSchedule, fire_times, validate_cron, validate_timezone
+from .core.cron import ALIASES, CronSchedule
 from .core.errors import ScheduleError
+from .core.interval import IntervalSchedule
+from .core.kinds import Schedule
+from .core.oneoff import OneOffSchedule
+from .core.schedules import fire_times, parse, validate_schedule, validate_timezone
 from .core.slots import parse_task_id, task_id_for
 from .core.timezones import available_timezones
+
+# The name of earlier releases: it accepts every kind of schedule now.
+validate_cron = validate_schedule
 
 __all__ = [
     "ALIASES",
     "CatchupPolicy",
     "CatchupRules",
     "CronSchedule",
+    "IntervalSchedule",
+    "OneOffSchedule",
     "PlannedRun",
+    "Schedule",
     "ScheduleError",
     "SlotPlan",
     "Trigger",
     "UnrecordedMisses",
     "available_timezones",
     "fire_times",
+    "parse",
     "parse_policy",
     "parse_task_id",
     "plan_slots",
     "task_id_for",
     "validate_cron",
+    "validate_schedule",
     "validate_timezone",
 ]

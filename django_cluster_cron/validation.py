@@ -20,9 +20,11 @@ from django.core.exceptions import ImproperlyConfigured, ValidationError
 
 from .celery_app import private_task_reason, registered_task_names
 from .conf import app_settings
-from .core.cron import CronSchedule, seconds_first_habit, validate_cron, validate_timezone
+from .core.cron import seconds_first_habit
 from .core.errors import ScheduleError
+from .core.kinds import Schedule
 from .core.overlap import OverlapPolicy
+from .core.schedules import validate_schedule, validate_timezone
 
 LIVE_NAME_TAKEN = "A job with this name already exists."
 MAX_JITTER = 3600  # seconds
@@ -54,7 +56,7 @@ def _raise(exc: ScheduleError) -> ValidationError:
 def clean_cron(value: str) -> None:
     """A valid expression in our dialect, not one that looks written seconds-first."""
     try:
-        validate_cron(value)
+        validate_schedule(value)
     except ScheduleError as exc:
         raise _raise(exc) from None
     habit = seconds_first_habit(value)
@@ -235,7 +237,7 @@ def clean_queue(value: str) -> None:
         )
 
 
-def clean_catchup_window(schedule: CronSchedule | None, window: timedelta, now: datetime) -> None:
+def clean_catchup_window(schedule: Schedule | None, window: timedelta, now: datetime) -> None:
     """The window must be positive and hold a bounded number of this schedule's slots."""
     if window <= timedelta(0):
         raise ValidationError("The catch-up window must be longer than zero.", code="invalid")
@@ -250,6 +252,26 @@ def clean_catchup_window(schedule: CronSchedule | None, window: timedelta, now: 
                 "schedule; shorten it so a catch-up stays bounded.",
                 code="window_too_large",
             )
+
+
+def clean_once_ahead(schedule: Schedule, now: datetime) -> None:
+    """A one-off written now must still be ahead: one in the past would never run."""
+    last = schedule.last_fire()
+    if last is not None and last <= now:
+        raise ValidationError(
+            f"{schedule.expression!r} is {last:%Y-%m-%d %H:%M:%S} UTC, which has passed: the job "
+            "would never run. Give a date and time ahead, or run it now with a manual run.",
+            code="in_the_past",
+        )
+
+
+def _schedule_written(job: Any) -> bool:
+    """Whether the job is new or its schedule or zone is not the one it was loaded with (a
+    one-off that has run stays valid as it is)."""
+    loaded = getattr(job, "_loaded", None)
+    if job.pk is None or not loaded:
+        return True
+    return bool(loaded.get("cron") != job.cron or loaded.get("timezone") != job.timezone)
 
 
 def definition_errors(job: Any, now: datetime) -> dict[str, list[ValidationError]]:
@@ -273,6 +295,8 @@ def definition_errors(job: Any, now: datetime) -> dict[str, list[ValidationError
         schedule = job.schedule
     if job.catchup_window is not None:
         check("catchup_window", clean_catchup_window, schedule, job.catchup_window, now)
+    if schedule is not None and _schedule_written(job):
+        check("cron", clean_once_ahead, schedule, now)
     soft, hard = job.soft_time_limit, job.time_limit
     if soft and hard and soft >= hard:
         errors.setdefault("soft_time_limit", []).append(

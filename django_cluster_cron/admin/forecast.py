@@ -14,9 +14,9 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
-from ..core.cron import CronSchedule
 from ..core.errors import ScheduleError
 from ..core.forecast import forecast
+from ..core.kinds import Schedule
 from ..core.timing import SlotTiming
 from ..models import JobDefinition, JobRun, RunStatus
 from .charts import forecast_chart
@@ -33,7 +33,7 @@ WINDOWS = {
 
 def _plans(
     jobs: list[JobDefinition], ahead: dict[int, int]
-) -> Iterator[tuple[str, CronSchedule, SlotTiming, int | None]]:
+) -> Iterator[tuple[str, Schedule, SlotTiming, int | None]]:
     for job in jobs:
         try:
             schedule = job.schedule

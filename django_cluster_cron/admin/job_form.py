@@ -15,8 +15,9 @@ from django.utils.safestring import SafeString
 
 from ..celery_app import registered_task_names
 from ..core.catchup import PLAIN
-from ..core.cron import CronSchedule, seconds_first_habit
+from ..core.cron import seconds_first_habit
 from ..core.errors import ScheduleError
+from ..core.schedules import parse
 from ..core.timezones import available_timezones
 from ..core.timing import SlotTiming
 from ..describe import describe
@@ -36,9 +37,10 @@ def preview_html(cron: str, zone: str, now: datetime, timing: SlotTiming = PLAIN
     run and when each is dispatched.
     """
     if not cron.strip():
-        return format_html("{}", "Type a cron expression to see its next runs.")
+        return format_html("{}", "Type a schedule to see its next runs.")
     try:
-        schedule = CronSchedule.parse(cron, zone)  # not the cached parser: input is arbitrary
+        # Not the cached parser: input is arbitrary.
+        schedule = parse(cron, zone, timing.start_at)
     except ScheduleError as exc:
         return format_html('<p class="dcc-preview-error">No preview: {}</p>', exc)
     upcoming = timing.upcoming(schedule, now, PREVIEW_COUNT)

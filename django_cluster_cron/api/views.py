@@ -28,7 +28,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from .. import actions, audit
-from ..core.cron import CronSchedule
+from ..core.schedules import parse as parse_schedule
 from ..core.timing import SlotTiming
 from ..dbtime import DbNow
 from ..describe import describe
@@ -374,7 +374,9 @@ class PreviewView(ApiView):
         )
         try:
             upcoming = timing.upcoming(
-                CronSchedule.parse(cron, zone), datetime.now(timezone.utc), data["count"]
+                parse_schedule(cron, zone, data.get("start_at")),
+                datetime.now(timezone.utc),
+                data["count"],
             )
             words = describe(cron)
         except ValueError as exc:  # ScheduleError names the input that is wrong

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from .catchup import PlannedRun, SlotPlan, Trigger
-from .cron import CronSchedule
+from .kinds import Schedule
 from .timing import SlotTiming
 
 
@@ -30,7 +30,7 @@ class AheadPlan:
 
 
 def plan_ahead(
-    schedule: CronSchedule, *, plan: SlotPlan, horizon: datetime, timing: SlotTiming
+    schedule: Schedule, *, plan: SlotPlan, horizon: datetime, timing: SlotTiming
 ) -> AheadPlan | None:
     """The runs to record ahead after ``plan`` (what is due by now), or None.
 

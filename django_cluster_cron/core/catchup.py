@@ -23,8 +23,8 @@ from collections import deque
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from .cron import CronSchedule
 from .errors import ScheduleError
+from .kinds import Schedule
 from .timing import SlotTiming
 
 PLAIN = SlotTiming()
@@ -115,7 +115,7 @@ class SlotPlan:
 
 
 def plan_slots(
-    schedule: CronSchedule,
+    schedule: Schedule,
     *,
     last_scheduled_at: datetime,
     now: datetime,

@@ -31,6 +31,7 @@ from datetime import datetime, timedelta, tzinfo
 
 from .dialect import ALIASES, MAX_EXPRESSION_LENGTH, CronFields
 from .errors import ScheduleError
+from .kinds import take
 from .parsing import normalize, parse, seconds_first_habit
 from .timezones import (
     UTC,
@@ -47,11 +48,8 @@ __all__ = [
     "ALIASES",
     "MAX_EXPRESSION_LENGTH",
     "CronSchedule",
-    "fire_times",
     "normalize",
     "seconds_first_habit",
-    "validate_cron",
-    "validate_timezone",
 ]
 
 HOUR = timedelta(hours=1)
@@ -82,6 +80,7 @@ class CronSchedule:
     wall_clock: bool = field(repr=False)
     _in_hour: tuple[timedelta, ...] = field(repr=False, compare=False)
     _in_hour_seconds: tuple[int, ...] = field(repr=False, compare=False)
+    kind = "cron"
 
     @classmethod
     def parse(cls, expression: str, timezone: str) -> CronSchedule:
@@ -122,20 +121,15 @@ class CronSchedule:
                 yield instant
 
     def fire_times(self, after: datetime, limit: int) -> list[datetime]:
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-            raise ScheduleError("limit", f"'limit' must be a whole number >= 0, got {limit!r}.")
-        result: list[datetime] = []
-        if limit == 0:
-            return result
-        for instant in self.iter_after(after):
-            result.append(instant)
-            if len(result) >= limit:
-                break
-        return result
+        return take(self.iter_after(after), limit)
 
     def next_after(self, after: datetime) -> datetime | None:
         """The first fire time after ``after`` (``None`` only if the calendar runs out)."""
         return next(self.iter_after(after), None)
+
+    def last_fire(self) -> datetime | None:
+        """Cron schedules never end on their own (``end_at`` ends them)."""
+        return None
 
     def dst_note(self, instant: datetime) -> str | None:
         """Explain a fire time that a DST change moved or that falls in a repeated hour.
@@ -251,31 +245,3 @@ class CronSchedule:
         if is_ambiguous(wall, zone) and not self.wall_clock:
             return [to_instant(wall, zone, fold=0), to_instant(wall, zone, fold=1)]
         return [to_instant(wall, zone, fold=0)]
-
-
-@functools.lru_cache(maxsize=4096)
-def parse_schedule(cron: str, timezone: str) -> CronSchedule:
-    """:meth:`CronSchedule.parse`, remembered: a parsed schedule is immutable, so the scheduler
-    reuses one across ticks and across the jobs that share it."""
-    return CronSchedule.parse(cron, timezone)
-
-
-def fire_times(cron: str, timezone: str, after: datetime, limit: int) -> list[datetime]:
-    """The next ``limit`` fire times of ``cron`` in ``timezone`` strictly after ``after``.
-
-    ``after`` must be an aware datetime; the result is a list of aware UTC datetimes following
-    the DST rules of docs/how-to/time-zones.md. Raises ``ValueError`` (``ScheduleError``) for a
-    bad expression, an unknown time zone, an expression that never fires, a naive ``after`` or a
-    bad ``limit``.
-    """
-    return CronSchedule.parse(cron, timezone).fire_times(after, limit)
-
-
-def validate_cron(expression: str) -> None:
-    """Raise ``ScheduleError(field="cron")`` if ``expression`` is not a usable schedule."""
-    CronSchedule.parse(expression, "UTC")
-
-
-def validate_timezone(name: str) -> None:
-    """Raise ``ScheduleError(field="timezone")`` if ``name`` is not a known IANA zone."""
-    get_zone(name)

@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Iterable
 from datetime import datetime
 
-from .cron import CronSchedule
+from .kinds import Schedule
 from .timing import SlotTiming
 
 __all__ = ["Bucket", "Forecast", "forecast"]
@@ -45,7 +45,7 @@ class Forecast:
 
 
 def forecast(
-    jobs: Iterable[tuple[str, CronSchedule, SlotTiming, int | None]],
+    jobs: Iterable[tuple[str, Schedule, SlotTiming, int | None]],
     start: datetime,
     end: datetime,
     buckets: int,

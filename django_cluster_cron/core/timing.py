@@ -20,8 +20,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from .cron import CronSchedule
 from .errors import ScheduleError
+from .kinds import Schedule
 from .timezones import UTC
 
 _ZERO = timedelta(0)
@@ -77,7 +77,7 @@ class SlotTiming:
     def has_ended(self, now: datetime) -> bool:
         return self.end_at is not None and now > self.end_at
 
-    def slots_after(self, schedule: CronSchedule, after: datetime) -> Iterator[datetime]:
+    def slots_after(self, schedule: Schedule, after: datetime) -> Iterator[datetime]:
         """The job's slots after ``after`` (slot order), inside ``[start_at, end_at]``."""
         if self.start_at is not None and after < self.start_at:
             after = self.start_at - _TICK
@@ -86,9 +86,7 @@ class SlotTiming:
                 return
             yield slot
 
-    def due_after(
-        self, schedule: CronSchedule, after: datetime
-    ) -> Iterator[tuple[datetime, datetime]]:
+    def due_after(self, schedule: Schedule, after: datetime) -> Iterator[tuple[datetime, datetime]]:
         """``(slot, due)`` pairs, slot order, of every slot whose due time is after ``after``.
 
         A slot is due at most ``jitter`` after itself, so the slots to look at start ``jitter``
@@ -100,7 +98,7 @@ class SlotTiming:
             if due > after:
                 yield slot, due
 
-    def next_due_after(self, schedule: CronSchedule, after: datetime) -> datetime | None:
+    def next_due_after(self, schedule: Schedule, after: datetime) -> datetime | None:
         """The earliest due time after ``after`` (what the scheduler's due index holds)."""
         best: datetime | None = None
         for slot, due in self.due_after(schedule, after):
@@ -113,7 +111,7 @@ class SlotTiming:
         return best
 
     def upcoming(
-        self, schedule: CronSchedule, after: datetime, limit: int
+        self, schedule: Schedule, after: datetime, limit: int
     ) -> list[tuple[datetime, datetime]]:
         """The next ``limit`` ``(slot, due)`` pairs in due order (the preview's list)."""
         found: list[tuple[datetime, datetime]] = []

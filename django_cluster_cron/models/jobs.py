@@ -15,8 +15,9 @@ from django.utils import timezone
 from .. import validation
 from ..core.catchup import CatchupPolicy as CorePolicy
 from ..core.catchup import CatchupRules
-from ..core.cron import CronSchedule, parse_schedule
 from ..core.errors import ScheduleError
+from ..core.kinds import Schedule
+from ..core.schedules import parse_schedule
 from ..core.slots import task_id_for
 from ..core.timing import SlotTiming
 from ..dbtime import database_now
@@ -346,9 +347,10 @@ class JobDefinition(models.Model):
     # -- schedule --------------------------------------------------------------------------
 
     @property
-    def schedule(self) -> CronSchedule:
-        """The parsed schedule; raises ``ScheduleError`` if the row holds a bad cron or zone."""
-        return parse_schedule(self.cron, self.timezone)
+    def schedule(self) -> Schedule:
+        """The parsed schedule; raises ``ScheduleError`` if the row holds a bad schedule or zone.
+        An interval counts from the job's ``start_at``."""
+        return parse_schedule(self.cron, self.timezone, self.start_at)
 
     @property
     def is_scheduled(self) -> bool:
@@ -378,6 +380,13 @@ class JobDefinition(models.Model):
             return f"finished: ran {self.scheduled_runs} of {self.max_runs} scheduled runs"
         if self.end_at is not None and now > self.end_at:
             return f"finished: its end ({self.end_at:%Y-%m-%d %H:%M:%S}Z) has passed"
+        try:
+            last = self.schedule.last_fire()
+        except ScheduleError:
+            return ""
+        decided = self.last_scheduled_at
+        if last is not None and decided is not None and decided >= last:
+            return f"finished: its one run was due at {last:%Y-%m-%d %H:%M:%S}Z"
         return ""
 
     def catchup_rules(self, limits: tuple[int, timedelta, int] | None = None) -> CatchupRules:

@@ -469,7 +469,7 @@ def test_the_add_form_carries_the_live_preview_box_and_its_script(admin_client):
     page = admin_client.get(reverse("admin:django_cluster_cron_jobdefinition_add")).content.decode()
     assert f'data-preview-url="{PREVIEW}"' in page
     assert "django_cluster_cron/preview.js" in page
-    assert "Type a cron expression to see its next runs." in page
+    assert "Type a schedule to see its next runs." in page
 
 
 def test_the_preview_shows_the_next_ten_runs_of_an_unsaved_schedule(admin_client):
