@@ -44,7 +44,9 @@ ZONES = [
 # -- independent models ----------------------------------------------------------------------
 
 
-def model_interval(anchor: datetime, step: timedelta, after: datetime, count: int) -> list:
+def model_interval(
+    anchor: datetime, step: timedelta, after: datetime, count: int
+) -> list[datetime]:
     """Walk from the anchor towards ``after`` in doubling strides, then one step at a time."""
     point = anchor
     if point > after:
@@ -277,9 +279,9 @@ def test_bad_one_offs_say_what_is_wrong(text: str, words: str) -> None:
 
 
 def test_one_off_notes_say_what_dst_did() -> None:
-    gap = parse("@at 2026-03-29T02:30", "Europe/Berlin")
+    gap = OneOffSchedule.parse("@at 2026-03-29T02:30", "Europe/Berlin")
     assert "03:00" in (gap.dst_note(gap.instant) or "")
-    repeat = parse("@at 2026-10-25T02:30", "Europe/Berlin")
+    repeat = OneOffSchedule.parse("@at 2026-10-25T02:30", "Europe/Berlin")
     assert "first only" in (repeat.dst_note(repeat.instant) or "")
     assert (
         parse("@at 2026-07-01T12:00", "Europe/Berlin").dst_note(
