@@ -22,6 +22,7 @@ from .celery_app import private_task_reason, registered_task_names
 from .conf import app_settings
 from .core.cron import seconds_first_habit
 from .core.errors import ScheduleError
+from .core.exclusions import ExcludingSchedule, parse_exclusions
 from .core.kinds import Schedule
 from .core.overlap import OverlapPolicy
 from .core.schedules import validate_schedule, validate_timezone
@@ -254,6 +255,26 @@ def clean_catchup_window(schedule: Schedule | None, window: timedelta, now: date
             )
 
 
+def clean_exclusions(value: Any) -> None:
+    try:
+        parse_exclusions([] if value in (None, "") else value)
+    except ScheduleError as exc:
+        raise _raise(exc) from None
+
+
+def clean_fires_again(schedule: Schedule, now: datetime) -> None:
+    """Exclusions that leave a repeating schedule nothing to fire on are refused."""
+    last = schedule.last_fire()
+    if not isinstance(schedule, ExcludingSchedule) or (last is not None and last <= now):
+        return
+    if schedule.next_after(now) is None:
+        raise ValidationError(
+            "These exclusions cover every fire time the schedule has left (or, for a "
+            "repeating one, every fire time of the next ten years): the job would never run.",
+            code="never_fires",
+        )
+
+
 def clean_once_ahead(schedule: Schedule, now: datetime) -> None:
     """A one-off written now must still be ahead: one in the past would never run."""
     last = schedule.last_fire()
@@ -290,9 +311,11 @@ def definition_errors(job: Any, now: datetime) -> dict[str, list[ValidationError
     check("args", clean_args, job.args)
     check("kwargs", clean_kwargs, job.kwargs)
     check("queue", clean_queue, job.queue)
+    check("exclusions", clean_exclusions, job.exclusions)
     schedule = None
-    if "cron" not in errors and "timezone" not in errors:
+    if not {"cron", "timezone", "exclusions"} & errors.keys():
         schedule = job.schedule
+        check("exclusions", clean_fires_again, schedule, now)
     if job.catchup_window is not None:
         check("catchup_window", clean_catchup_window, schedule, job.catchup_window, now)
     if schedule is not None and _schedule_written(job):

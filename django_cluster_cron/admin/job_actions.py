@@ -27,7 +27,14 @@ from ..core.errors import ScheduleError
 from ..models import JobDefinition, RunStatus
 from .forecast import forecast_view
 from .history import AuditedAdmin
-from .job_form import PREVIEW_INPUT_LIMIT, BackfillForm, PauseForm, preview_html, timing_from_query
+from .job_form import (
+    PREVIEW_INPUT_LIMIT,
+    BackfillForm,
+    PauseForm,
+    preview_html,
+    rules_from_text,
+    timing_from_query,
+)
 
 
 class JobOperations(AuditedAdmin, admin.ModelAdmin):  # type: ignore[type-arg]
@@ -135,7 +142,8 @@ class JobOperations(AuditedAdmin, admin.ModelAdmin):  # type: ignore[type-arg]
         cron = request.GET.get("cron", "")[:PREVIEW_INPUT_LIMIT]
         zone = request.GET.get("timezone", "")[:PREVIEW_INPUT_LIMIT]
         timing = timing_from_query(request.GET)
-        return HttpResponse(preview_html(cron, zone, timezone.now(), timing))
+        rules = rules_from_text(request.GET.get("exclusions", "")[: PREVIEW_INPUT_LIMIT * 10])
+        return HttpResponse(preview_html(cron, zone, timezone.now(), timing, rules or None))
 
     def _job_or_404(self, request: HttpRequest, pk: int, allowed: bool) -> JobDefinition:
         if not allowed:

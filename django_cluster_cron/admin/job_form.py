@@ -4,6 +4,7 @@ forms of the operator actions (pause, backfill)."""
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timedelta
 from typing import Any, cast
 
@@ -17,6 +18,7 @@ from ..celery_app import registered_task_names
 from ..core.catchup import PLAIN
 from ..core.cron import seconds_first_habit
 from ..core.errors import ScheduleError
+from ..core.exclusions import ExcludingSchedule
 from ..core.schedules import parse
 from ..core.timezones import available_timezones
 from ..core.timing import SlotTiming
@@ -30,17 +32,23 @@ PREVIEW_COUNT = 10
 PREVIEW_INPUT_LIMIT = 300
 
 
-def preview_html(cron: str, zone: str, now: datetime, timing: SlotTiming = PLAIN) -> SafeString:
+def preview_html(
+    cron: str,
+    zone: str,
+    now: datetime,
+    timing: SlotTiming = PLAIN,
+    exclusions: list[str] | None = None,
+) -> SafeString:
     """The schedule in words and its next runs in the zone and in UTC, with DST notes.
 
     With a job's active period and jitter (``timing``), the list holds the slots it will really
-    run and when each is dispatched.
+    run and when each is dispatched; with exclusions, it says which dates they leave out, and why.
     """
     if not cron.strip():
         return format_html("{}", "Type a schedule to see its next runs.")
     try:
         # Not the cached parser: input is arbitrary.
-        schedule = parse(cron, zone, timing.start_at)
+        schedule = parse(cron, zone, timing.start_at, exclusions)
     except ScheduleError as exc:
         return format_html('<p class="dcc-preview-error">No preview: {}</p>', exc)
     upcoming = timing.upcoming(schedule, now, PREVIEW_COUNT)
@@ -68,6 +76,11 @@ def preview_html(cron: str, zone: str, now: datetime, timing: SlotTiming = PLAIN
         notes.append(f"{'Ended' if ended else 'Ends'} {ends:%Y-%m-%d %H:%M:%S %Z}.")
     if not upcoming:
         notes.append("No more runs: the job is finished.")
+    if isinstance(schedule, ExcludingSchedule):
+        until = upcoming[-1][0] if upcoming else now + timedelta(days=366)
+        skipped = schedule.excluded_after(now, until)
+        if skipped:
+            notes.append(f"Excluded: {'; '.join(skipped)}.")
     return format_html(
         '<p>{}</p><p>{}</p><table class="dcc-upcoming"><thead><tr><th>{}</th><th>UTC</th>'
         "<th>{}</th><th>DST</th></tr></thead><tbody>{}</tbody></table>",
@@ -125,6 +138,31 @@ def _help_text(field: str) -> str:
 
 def _timezone_choices() -> list[tuple[str, str]]:
     return [(name, name) for name in sorted(available_timezones())]
+
+
+class RulesText(forms.CharField):
+    """A list of text rules typed one per line (commas also separate them)."""
+
+    widget = forms.Textarea(attrs={"rows": 2, "cols": 60})
+
+    def prepare_value(self, value: Any) -> Any:
+        if isinstance(value, list):
+            return "\n".join(str(item) for item in value)
+        return value
+
+    def to_python(self, value: Any) -> Any:
+        if isinstance(value, list):
+            return value
+        text = super().to_python(value) or ""
+        return [rule.strip() for rule in re.split(r"[\n,]", text) if rule.strip()]
+
+    def has_changed(self, initial: Any, data: Any) -> bool:
+        return bool(self.to_python(initial or []) != self.to_python(data))
+
+
+def rules_from_text(text: str) -> list[str]:
+    """What the exclusions box holds, as the preview reads it."""
+    return cast(list[str], RulesText(required=False).to_python(text))
 
 
 class JSONText(forms.JSONField):
@@ -214,6 +252,12 @@ class JobDefinitionForm(forms.ModelForm):  # type: ignore[type-arg]
             if name in self.fields and name in self.initial:
                 # Shown with secret-looking values masked; a mask sent back keeps the value.
                 self.initial[name] = redact(self.initial[name])
+        if "exclusions" in self.fields:
+            self.fields["exclusions"] = RulesText(
+                required=False,
+                label="Exclusions",
+                help_text=_help_text("exclusions") + " One rule per line.",
+            )
         self.fields["timezone"] = forms.ChoiceField(
             choices=_timezone_choices()
             + ([] if not self.data.get("timezone") else [(self.data["timezone"],) * 2]),

@@ -133,7 +133,16 @@ class JobDefinitionAdmin(JobOperations):
         ("Recent runs", {"fields": ("history_chart",)}),
         (
             "Schedule",
-            {"fields": ("cron", "timezone", ("start_at", "end_at"), "jitter", "upcoming")},
+            {
+                "fields": (
+                    "cron",
+                    "timezone",
+                    "exclusions",
+                    ("start_at", "end_at"),
+                    "jitter",
+                    "upcoming",
+                )
+            },
         ),
         ("Task", {"fields": ("task", "args", "kwargs", "queue", "priority", "expires")}),
         (
@@ -372,7 +381,13 @@ class JobDefinitionAdmin(JobOperations):
             "</div>",
             reverse("admin:django_cluster_cron_job_preview"),
             job.pk or "",
-            preview_html(job.cron, job.timezone, timezone.now(), job.timing()),
+            preview_html(
+                job.cron,
+                job.timezone,
+                timezone.now(),
+                job.timing(),
+                job.exclusions if isinstance(job.exclusions, list) else None,
+            ),
         )
 
     def render_change_form(

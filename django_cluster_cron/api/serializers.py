@@ -299,6 +299,13 @@ class PreviewQuerySerializer(serializers.Serializer):  # type: ignore[type-arg]
     job = serializers.IntegerField(
         min_value=0, required=False, help_text="The job's id: its jitter offsets depend on it."
     )
+    exclusions = serializers.ListField(
+        child=serializers.CharField(max_length=100),
+        required=False,
+        max_length=200,
+        help_text="Dates the schedule does not fire on (repeat the parameter for each rule): "
+        "'2026-12-24', '2026-12-27..2026-12-31', 'holidays:DE-BY'.",
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         start, end = attrs.get("start_at"), attrs.get("end_at")
@@ -314,6 +321,10 @@ class PreviewSerializer(serializers.Serializer):  # type: ignore[type-arg]
     fire_times = serializers.ListField(
         child=serializers.DateTimeField(),
         help_text="When the next runs are dispatched (each slot plus its jitter offset).",
+    )
+    excluded = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="Each date the exclusions leave out up to the last of those runs, and why.",
     )
     slots = serializers.ListField(
         child=serializers.DateTimeField(),

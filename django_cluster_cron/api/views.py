@@ -28,6 +28,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from .. import actions, audit
+from ..core.exclusions import ExcludingSchedule
 from ..core.schedules import parse as parse_schedule
 from ..core.timing import SlotTiming
 from ..dbtime import DbNow
@@ -372,16 +373,20 @@ class PreviewView(ApiView):
             timedelta(seconds=jitter),
             data.get("job", 0) if jitter else 0,
         )
+        now = datetime.now(timezone.utc)
         try:
-            upcoming = timing.upcoming(
-                parse_schedule(cron, zone, data.get("start_at")),
-                datetime.now(timezone.utc),
-                data["count"],
-            )
+            schedule = parse_schedule(cron, zone, data.get("start_at"), data.get("exclusions"))
+            upcoming = timing.upcoming(schedule, now, data["count"])
             words = describe(cron)
         except ValueError as exc:  # ScheduleError names the input that is wrong
-            field = "timezone" if getattr(exc, "field", None) == "timezone" else "cron"
-            raise ValidationError({field: [str(exc)]}) from None
+            field = getattr(exc, "field", None)
+            raise ValidationError(
+                {field if field in ("timezone", "exclusions") else "cron": [str(exc)]}
+            ) from None
+        excluded = []
+        if isinstance(schedule, ExcludingSchedule):
+            until = upcoming[-1][0] if upcoming else now + timedelta(days=366)
+            excluded = schedule.excluded_after(now, until)
         return Response(
             PreviewSerializer(
                 {
@@ -389,6 +394,7 @@ class PreviewView(ApiView):
                     "timezone": zone,
                     "description": words,
                     "fire_times": [due for _, due in upcoming],
+                    "excluded": excluded,
                     "slots": [slot for slot, _ in upcoming],
                 }
             ).data

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
 
+from ..core.interval import format_duration
 from .declaration import (
     CODE_FIELDS,
     SETTINGS_ORIGIN,
@@ -21,15 +23,26 @@ OPTION_FIELDS = ("queue", "priority", "expires")
 
 
 def schedule_text(schedule: Any) -> str:
-    """A cron string, or one from a celery ``crontab()`` (the fields it was built with)."""
+    """The schedule's text: a string as it is, a celery ``crontab()`` as the fields it was built
+    with, a ``timedelta`` (or a celery ``schedule(run_every=...)``) of whole seconds as
+    ``@every``."""
     if isinstance(schedule, str):
         return schedule
     if all(hasattr(schedule, f"_orig_{part}") for part in ("minute", "hour")):
         parts = ("minute", "hour", "day_of_month", "month_of_year", "day_of_week")
         return " ".join(str(getattr(schedule, f"_orig_{part}")) for part in parts)
+    every = getattr(schedule, "run_every", schedule)
+    if isinstance(every, timedelta):
+        if every < timedelta(seconds=1) or every % timedelta(seconds=1):
+            raise DeclarationError(
+                f"an interval of {every.total_seconds():g} s: intervals are whole seconds, "
+                "at least 1",
+                "schedule",
+            )
+        return f"@every {format_duration(every)}"
     raise DeclarationError(
-        "'schedule' must be a cron expression such as '0 3 * * *' (or a celery crontab()), not "
-        f"{type(schedule).__name__}; intervals: see import_celery_beat --from-settings",
+        "'schedule' must be text ('0 3 * * *', '@every 90s', '@at 2026-12-24T18:00'), a celery "
+        f"crontab() or a timedelta, not {type(schedule).__name__}",
         "schedule",
     )
 

@@ -9,6 +9,7 @@ DEFINITION_FIELDS = (
     "description",
     "cron",
     "timezone",
+    "exclusions",
     "task",
     "args",
     "kwargs",
@@ -36,6 +37,7 @@ AUDITED_FIELDS = ("name", "enabled", "pause_note", *DEFINITION_FIELDS, "deleted_
 SCHEDULE_FIELDS = (
     "cron",
     "timezone",
+    "exclusions",
     "enabled",
     "deleted_at",
     "start_at",

@@ -141,6 +141,17 @@ def restart_schedule(job: JobDefinition, now: datetime | None = None) -> None:
     job.next_run_at = next_due_after(job, now)
 
 
+def exclusion_rules(job: JobDefinition) -> tuple[str, ...]:
+    """The job's exclusions as the schedule parser's cache key; ``ScheduleError`` for a value
+    that is not a list of text (bad data saved without ``full_clean()``)."""
+    rules = job.exclusions
+    if rules in (None, ""):
+        return ()
+    if not isinstance(rules, list) or not all(isinstance(rule, str) for rule in rules):
+        raise ScheduleError("exclusions", f"exclusions must be a list of text, got {rules!r}.")
+    return tuple(rules)
+
+
 def next_due_after(job: JobDefinition, moment: datetime) -> datetime | None:
     """The first due time after ``moment``; None for a row whose schedule cannot be parsed (bad
     data saved without ``full_clean()``): it stays out of the due index, ``clean()`` says why."""
@@ -155,11 +166,21 @@ class JobDefinition(models.Model):
     description = models.TextField(blank=True)
     cron = models.CharField(
         max_length=200,
-        help_text="5 fields (minute hour day-of-month month day-of-week), an optional 6th for "
-        "seconds, or an alias such as @daily. Evaluated in the job's time zone.",
+        verbose_name="schedule",
+        help_text="Cron: 5 fields (minute hour day-of-month month day-of-week), an optional 6th "
+        "for seconds, or an alias such as @daily, evaluated in the job's time zone. Or an "
+        "interval, '@every 90s' (units d, h, m, s; counted from the start, else 1970-01-01 "
+        "UTC), or once, '@at 2026-12-24T18:00' (a wall time in the job's zone, or with an offset).",
     )
     timezone = models.CharField(
         max_length=64, default="UTC", help_text="IANA time zone name, e.g. Europe/Berlin."
+    )
+    exclusions = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Dates the schedule does not fire on, by the local date in the job's zone: "
+        "'2026-12-24', a range '2026-12-27..2026-12-31', public holidays 'holidays:DE-BY' "
+        "(the holidays extra).",
     )
     task = models.CharField(max_length=200, help_text="Registered Celery task name.")
     args = models.JSONField(default=list, blank=True, help_text="JSON list of positional args.")
@@ -350,7 +371,7 @@ class JobDefinition(models.Model):
     def schedule(self) -> Schedule:
         """The parsed schedule; raises ``ScheduleError`` if the row holds a bad schedule or zone.
         An interval counts from the job's ``start_at``."""
-        return parse_schedule(self.cron, self.timezone, self.start_at)
+        return parse_schedule(self.cron, self.timezone, self.start_at, exclusion_rules(self))
 
     @property
     def is_scheduled(self) -> bool:

@@ -162,7 +162,8 @@ def test_an_invalid_declaration_is_a_check_warning_naming_the_job_and_field_and_
         ({**NIGHTLY, "enabled": False}, "enabled: 'enabled' cannot be declared: operators own it"),
         ({**NIGHTLY, "colour": "blue"}, "colour: 'colour' cannot be declared: not a job field"),
         ({"task": "tests.add"}, "schedule: needs at least 'task' and 'schedule'"),
-        ({**NIGHTLY, "schedule": timedelta(minutes=5)}, "'schedule' must be a cron expression"),
+        ({**NIGHTLY, "schedule": timedelta(milliseconds=500)}, "intervals are whole seconds"),
+        ({**NIGHTLY, "schedule": 300}, "'schedule' must be text"),
         ({**NIGHTLY, "options": {"routing_key": "x"}}, "option 'routing_key' is not supported"),
         ({**NIGHTLY, "options": "reports"}, "options: 'options' must be a dict"),
         ("0 3 * * *", "must be a dict of job fields, not str"),
@@ -276,6 +277,7 @@ def test_celery_beat_schedule_from_settings_becomes_declarations_with_a_skip_rep
             "options": {"queue": "reports", "routing_key": "r"},
         },
         "every-7-s": {"task": "tests.add", "schedule": timedelta(seconds=7)},
+        "half-second": {"task": "tests.add", "schedule": timedelta(seconds=0.5)},
         "sunrise": {"task": "tests.add", "schedule": Solar()},
         "cleanup": {"task": "celery.backend_cleanup", "schedule": crontab(minute=0, hour=4)},
         "bad-task": {"task": "nope.nothing", "schedule": 60},
@@ -283,20 +285,22 @@ def test_celery_beat_schedule_from_settings_becomes_declarations_with_a_skip_rep
     out = StringIO()
     call_command("import_celery_beat", "--from-settings", stdout=out)
     text = out.getvalue()
-    assert "declare every-5-min: '*/5 * * * *' -> tests.add [interval now aligned" in text
+    assert "declare every-5-min: '@every 5m' -> tests.add [interval counted from 1970" in text
     assert "declare weekdays: '30 9 * * 1-5' -> tests.echo" in text
     assert "options not carried over: routing_key" in text
-    assert "skip    every-7-s: every 7 s has no cron equivalent" in text
-    assert "skip    sunrise: a Solar schedule has no cron equivalent" in text
+    assert "declare every-7-s: '@every 7s' -> tests.add" in text
+    assert "skip    half-second: a timedelta schedule: an interval of 0.5 s" in text
+    assert "skip    sunrise: a Solar schedule: 'schedule' must be text" in text
     assert "skip    cleanup: Celery's own maintenance task" in text
     assert "skip    bad-task: not valid here: task:" in text
-    assert "2 job(s) to declare; skipped 4" in text
+    assert "3 job(s) to declare; skipped 4" in text
     # What it prints is a CLUSTER_CRON["JOBS"] that declares and syncs as printed.
     namespace: dict[str, object] = {"CLUSTER_CRON": {}}
     exec(text[text.index('CLUSTER_CRON["JOBS"]') :], namespace)
     jobs = namespace["CLUSTER_CRON"]["JOBS"]  # type: ignore[index]
     declare(settings, **jobs)
-    assert [c.action for c in sync().changes] == ["create", "create"]
+    assert [c.action for c in sync().changes] == ["create", "create", "create"]
+    assert JobDefinition.objects.get(name="every-7-s").cron == "@every 7s"
     assert JobDefinition.objects.get(name="weekdays").queue == "reports"
 
 
@@ -397,7 +401,7 @@ def test_a_synced_job_whose_declaration_became_invalid_is_left_exactly_as_it_was
         ({"odd": {**NIGHTLY, "args": "x"}}, "odd", "args: Arguments must be a JSON list"),
         ({"odd": {**NIGHTLY, "timezone": 5}}, "odd", "timezone: '5' is not a time zone name"),
         ({"odd": {**NIGHTLY, "catchup_window": "soon"}}, "odd", "catchup_window: “soon” value"),
-        ({"odd": {**NIGHTLY, "schedule": None}}, "odd", "schedule: 'schedule' must be a cron"),
+        ({"odd": {**NIGHTLY, "schedule": None}}, "odd", "schedule: 'schedule' must be text"),
         ({"odd": {**NIGHTLY, "task": "nope.nothing"}}, "odd", "task: Task 'nope.nothing' is not"),
     ],
 )

@@ -2,9 +2,12 @@
 project's ``CELERY_BEAT_SCHEDULE`` into jobs declared in code (``--from-settings``).
 
 Dry-run first (the default): it lists what it would create and what it skips, and why. Crontab
-schedules map one to one; interval schedules map when the interval divides the minute, hour or
-day (the phase then follows the clock, not the moment beat started); solar, clocked and one-off
-tasks have no cron equivalent and are skipped. Every job is validated like an admin entry.
+schedules map one to one; an interval becomes ``@every`` counted from the moment beat last ran
+it (else its start time, else the moment it was last changed, as beat counts), so the cadence
+the team sees goes on; a clocked task becomes ``@at``; a one-off crontab or interval task
+becomes its schedule with ``max_runs`` 1; a start time and an expiry carry over as the job's
+start and end. Solar schedules are skipped (docs/how-to/migrate-from-celery-beat.md says why).
+Every job is validated like an admin entry.
 """
 
 from __future__ import annotations
@@ -12,31 +15,35 @@ from __future__ import annotations
 import json
 import pprint
 from dataclasses import dataclass
+from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
 from typing import Any
 
 from django.apps import apps
 from django.core.exceptions import ValidationError
 from django.core.management.base import CommandError, CommandParser
 from django.db import transaction
+from django.utils import timezone
 
 from django_cluster_cron import audit
 from django_cluster_cron.celery_app import private_task_reason
+from django_cluster_cron.core.interval import format_duration
 from django_cluster_cron.management.base import ClusterCronCommand
 from django_cluster_cron.models import JobDefinition
 
+PERIODS = {"days", "hours", "minutes", "seconds", "microseconds"}
+UTC = dt_timezone.utc
 
-def _interval_cron(period: str, every: int) -> str | None:
-    """The cron expression of "every N <period>" when N divides the next unit up, else None."""
-    step = "*" if every == 1 else f"*/{every}"
-    if period == "seconds" and 60 % every == 0:
-        return f"* * * * * {step}"
-    if period == "minutes" and 60 % every == 0:
-        return f"{step} * * * *"
-    if period == "hours" and 24 % every == 0:
-        return f"0 {step} * * *"
-    if period == "days" and every == 1:
-        return "0 0 * * *"
-    return None
+
+def every_text(every: timedelta) -> str | None:
+    """``@every <duration>`` for a whole number of seconds, at least one; else None."""
+    if every < timedelta(seconds=1) or every % timedelta(seconds=1):
+        return None
+    return f"@every {format_duration(every)}"
+
+
+def _utc_text(moment: datetime) -> str:
+    return f"{moment.astimezone(UTC):%Y-%m-%dT%H:%M:%S}Z"
 
 
 @dataclass
@@ -79,7 +86,9 @@ class Command(ClusterCronCommand):
                 "INSTALLED_APPS (next to django_cluster_cron) to import its periodic tasks."
             )
         periodic_task = apps.get_model("django_celery_beat", "PeriodicTask")
-        tasks = periodic_task.objects.select_related("crontab", "interval").order_by("name")
+        tasks = periodic_task.objects.select_related(
+            "crontab", "interval", "clocked", "solar"
+        ).order_by("name")
         mappings = [self.map(task) for task in tasks]
         created = 0
         with transaction.atomic():
@@ -144,27 +153,70 @@ class Command(ClusterCronCommand):
         private = private_task_reason(task.task)
         if private:
             return Mapping(name, None, private)
-        if task.one_off:
-            return Mapping(name, None, "one-off task: use Run now or a backfill instead")
-        note = ""
+        now = timezone.now()
+        notes: list[str] = []
+        start_at, end_at, max_runs = task.start_time, task.expires, None
         if task.crontab is not None:
             c = task.crontab
             cron = f"{c.minute} {c.hour} {c.day_of_month} {c.month_of_year} {c.day_of_week}"
             zone = str(c.timezone)
         elif task.interval is not None:
             every, period = task.interval.every, task.interval.period
-            interval_cron = _interval_cron(period, every) if every >= 1 else None
-            if interval_cron is None:
+            text = (
+                every_text(timedelta(**{period: every}))
+                if period in PERIODS and every >= 1
+                else None
+            )
+            if text is None:
                 return Mapping(
                     name,
                     None,
-                    f"every {every} {period} has no cron equivalent (it must divide "
-                    "a minute, an hour or a day)",
+                    f"every {every} {period}: intervals here are whole seconds, at least 1",
                 )
-            cron, zone = interval_cron, "UTC"
-            note = "interval now aligned to the clock"
+            cron, zone = text, "UTC"
+            # Beat counts the next run from the last one (else from the start time, else from
+            # the last change): the interval counts from there, so the cadence goes on.
+            if task.start_time is not None and task.start_time > now:
+                anchor, source = task.start_time, "its start time"
+            elif task.last_run_at is not None:
+                anchor, source = task.last_run_at, "its last run"
+            elif task.start_time is not None:
+                anchor, source = task.start_time, "its start time"
+            else:
+                anchor, source = task.date_changed or now, "its last change"
+            start_at = anchor
+            notes.append(f"counted from {source}, {_utc_text(anchor)}")
+        elif task.clocked is not None:
+            when = task.clocked.clocked_time
+            if when <= now:
+                if task.enabled and not task.total_run_count:
+                    return Mapping(
+                        name,
+                        None,
+                        f"clocked at {_utc_text(when)}, which has passed (beat would run it at "
+                        "once): use Run now if it should still run",
+                    )
+                return Mapping(name, None, f"clocked at {_utc_text(when)}: it has run")
+            cron, zone = f"@at {_utc_text(when)}", "UTC"
+            if when.microsecond:
+                notes.append("its time rounded down to the second")
+            if task.start_time is not None and task.start_time <= when:
+                start_at = None
         else:
-            return Mapping(name, None, "solar and clocked schedules have no cron equivalent")
+            return Mapping(
+                name,
+                None,
+                "solar schedules are not supported (see the migration guide); recreate it as "
+                "a cron job at the times you need",
+            )
+        if task.one_off and task.clocked is None:
+            if task.total_run_count:
+                return Mapping(name, None, "one-off task that has run")
+            max_runs = 1
+            notes.append("one-off: max_runs 1")
+        if task.expires is not None:
+            notes.append(f"expires {_utc_text(task.expires)}: the job's end")
+        note = "; ".join(notes)
         if JobDefinition.objects.filter(name=name).exists():
             return Mapping(name, None, "a job with this name already exists")
         try:
@@ -183,6 +235,9 @@ class Command(ClusterCronCommand):
             queue=task.queue or "",
             priority=task.priority,
             expires=task.expire_seconds,
+            start_at=start_at,
+            end_at=end_at,
+            max_runs=max_runs,
         )
         try:
             job.full_clean()
@@ -194,8 +249,6 @@ class Command(ClusterCronCommand):
 
 def _declaration(name: str, entry: Any) -> tuple[dict[str, Any] | None, str]:
     """A CELERY_BEAT_SCHEDULE entry as a CLUSTER_CRON["JOBS"] entry, or None and why not."""
-    from datetime import timedelta
-
     from django_cluster_cron.declared import Declaration, DeclarationError
     from django_cluster_cron.declared.reading import schedule_text
 
@@ -208,26 +261,14 @@ def _declaration(name: str, entry: Any) -> tuple[dict[str, Any] | None, str]:
     if private:
         return None, private
     raw, note = entry["schedule"], ""
-    seconds = raw.total_seconds() if isinstance(raw, timedelta) else raw
-    if isinstance(seconds, (int, float)) and not isinstance(seconds, bool):
-        every = int(seconds)
-        cron = _interval_cron("seconds", every) if every == seconds and every >= 1 else None
-        if cron is None and every % 60 == 0 and every >= 60:
-            cron = _interval_cron("minutes", every // 60) or (
-                _interval_cron("hours", every // 3600) if every % 3600 == 0 else None
-            )
-        if cron is None:
-            return (
-                None,
-                f"every {seconds:g} s has no cron equivalent (it must divide a minute, an hour "
-                "or a day)",
-            )
-        note = "interval now aligned to the clock"
-    else:
-        try:
-            cron = schedule_text(raw)
-        except DeclarationError:
-            return None, f"a {type(raw).__name__} schedule has no cron equivalent"
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        raw = timedelta(seconds=raw)
+    try:
+        cron = schedule_text(raw)
+    except DeclarationError as exc:
+        return None, f"a {type(raw).__name__} schedule: {exc.message}"
+    if cron.startswith("@every"):
+        note = "interval counted from 1970-01-01T00:00:00Z"
     declared: dict[str, Any] = {"task": task, "schedule": cron}
     if entry.get("args"):
         declared["args"] = list(entry["args"])

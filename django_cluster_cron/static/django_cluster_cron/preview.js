@@ -1,5 +1,5 @@
-// Job form: refresh the "next runs" preview while the operator edits the cron, the zone, the
-// active period or the jitter, so a schedule can be checked before it is saved. The server renders the fragment
+// Job form: refresh the "next runs" preview while the operator edits the schedule, the zone, the
+// exclusions, the active period or the jitter, so a schedule can be checked before it is saved. The server renders the fragment
 // (JobDefinitionAdmin.preview_view); this only fetches it, debounced, newest answer wins.
 "use strict";
 (function () {
@@ -15,6 +15,10 @@
     function refresh() {
       var mine = ++asked;
       var query = new URLSearchParams({ cron: cron.value, timezone: zone.value });
+      var excluded = document.getElementById("id_exclusions");
+      if (excluded && excluded.value) {
+        query.set("exclusions", excluded.value);
+      }
       // The active period and jitter change which slots run and when: send what the form holds.
       ["start_at_0", "start_at_1", "end_at_0", "end_at_1", "jitter"].forEach(function (name) {
         var input = document.getElementById("id_" + name);
@@ -44,7 +48,7 @@
     }
     cron.addEventListener("input", soon);
     zone.addEventListener("change", soon);
-    ["start_at_0", "start_at_1", "end_at_0", "end_at_1", "jitter"].forEach(function (name) {
+    ["start_at_0", "start_at_1", "end_at_0", "end_at_1", "jitter", "exclusions"].forEach(function (name) {
       var input = document.getElementById("id_" + name);
       if (input) {
         input.addEventListener("input", soon);
