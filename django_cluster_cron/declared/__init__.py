@@ -82,7 +82,8 @@ def cron(
     kwargs: Mapping[str, Any] | None = None,
     **fields: Any,
 ) -> Callable[[T], T]:
-    """Declare a job that runs this task on ``schedule`` (a cron expression of our dialect).
+    """Declare a job that runs this task on ``schedule``: a cron expression of our dialect,
+    ``@every <duration>`` or ``@at <date and time>`` (docs/reference/schedules.md).
 
     Put it above ``@shared_task``/``@app.task`` (it reads the task's registered name), or above a
     plain function that a task decorator turns into ``module.function``. ``name`` defaults to the

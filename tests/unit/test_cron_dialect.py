@@ -220,3 +220,12 @@ def test_the_two_spellings_of_last_weekday_and_names_and_numbers_are_the_same_sc
         assert fire_times(a, "Europe/Berlin", after, 40) == fire_times(
             b, "Europe/Berlin", after, 40
         )
+
+
+def test_a_day_name_with_l_is_the_last_such_day_of_the_month() -> None:
+    """``MONL`` reads as ``1L`` (documented beside ``5L``): the last Monday of each month."""
+    after = datetime(2026, 12, 1, tzinfo=timezone.utc)
+    expected = fire_times("0 0 * * 1L", "UTC", after, 3)
+    assert fire_times("0 0 * * MONL", "UTC", after, 3) == expected
+    assert fire_times("0 0 * * monL", "UTC", after, 3) == expected
+    assert [t.day for t in expected] == [28, 25, 22]  # Dec 2026, Jan and Feb 2027

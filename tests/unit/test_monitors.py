@@ -22,7 +22,7 @@ from django.utils.text import slugify
 from django_cluster_cron.conf import app_settings
 from django_cluster_cron.models import JobDefinition
 from django_cluster_cron.ops.monitors import CheckIn, Monitor, MonitorSink, check_in_id
-from django_cluster_cron.ops.monitors.crontab import crontab_for, slug_for
+from django_cluster_cron.ops.monitors.crontab import crontab_for, schedule_for, slug_for
 from django_cluster_cron.ops.monitors.describe import monitor_for
 from django_cluster_cron.ops.monitors.pings import Ping, Pinger, PingSink, with_suffix
 from django_cluster_cron.ops.monitors.sentry import SentrySink, minutes
@@ -238,6 +238,29 @@ def test_the_sentry_monitor_config_is_in_whole_minutes_rounded_up():
     }
     assert "max_runtime" not in (SentrySink().config(_monitor(max_runtime=None)) or {})
     assert SentrySink().config(_monitor(crontab=None, problem="seconds")) is None
+    every = SentrySink().config(_monitor(cron="@every 90m", crontab=None, interval=(90, "minute")))
+    assert (every or {})["schedule"] == {"type": "interval", "value": 90, "unit": "minute"}
+
+
+@pytest.mark.parametrize(
+    ("cron", "exclusions", "interval", "words"),
+    [
+        ("@every 7m", None, (7, "minute"), ""),
+        ("@every 1h30m", None, (90, "minute"), ""),
+        ("@every 36h", None, (36, "hour"), ""),
+        ("@every 2d", [], (2, "day"), ""),
+        ("@every 14d", None, (2, "week"), ""),
+        ("@every 90s", None, None, "not whole minutes"),
+        ("@at 2026-12-24T18:00", None, None, "one-off"),
+        ("0 9 * * 1-5", ["holidays:DE-BY"], None, "missed check-in"),
+    ],
+)
+def test_other_kinds_of_schedule_as_a_monitor_carries_them(cron, exclusions, interval, words):
+    found = schedule_for(cron, exclusions)
+    assert found.text is None
+    assert found.interval == interval
+    assert words in found.problem
+    assert schedule_for("0 3 * * *").text == "0 3 * * *"
     assert minutes(timedelta(0)) == 1
     assert minutes(timedelta(days=60)) == 40_320
 

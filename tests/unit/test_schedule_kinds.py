@@ -315,3 +315,30 @@ def test_every_kind_in_words() -> None:
     )
     assert describe("@at 2026-12-24T18:00+01:00") == "Once, at 2026-12-24 17:00:00 UTC"
     assert describe("@every_minute") == "@every_minute"  # not a schedule: shown as written
+
+
+def test_holiday_calendars_without_the_package_say_which_extra_to_install(monkeypatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "holidays", None)  # import holidays -> ImportError
+    with pytest.raises(ScheduleError) as caught:
+        parse("@daily", "UTC", exclusions=["holidays:US"])
+    assert caught.value.field == "exclusions"
+    assert "django-cluster-cron[holidays]" in str(caught.value)
+    # Dates and ranges need no package.
+    assert parse("@daily", "UTC", exclusions=["2026-12-24"]).fire_times(
+        datetime(2026, 12, 23, tzinfo=UTC), 2
+    ) == [datetime(2026, 12, 25, tzinfo=UTC), datetime(2026, 12, 26, tzinfo=UTC)]
+
+
+def test_an_excluded_stretch_is_skipped_a_day_at_a_time() -> None:
+    """An every-second job over a two-week exclusion asks for one fire time a day, not a
+    million; and ten years of nothing but exclusions end the schedule."""
+    schedule = parse("* * * * * *", "Europe/Berlin", exclusions=["2026-12-20..2027-01-02"])
+    after = datetime(2026, 12, 19, 22, 59, 58, tzinfo=UTC)  # 23:59:58 in Berlin
+    assert schedule.fire_times(after, 2) == [
+        datetime(2026, 12, 19, 22, 59, 59, tzinfo=UTC),
+        datetime(2027, 1, 2, 23, 0, tzinfo=UTC),  # 2027-01-03 00:00 in Berlin
+    ]
+    never = parse("* * * * * *", "UTC", exclusions=["2026-01-01..2040-01-01"])
+    assert never.fire_times(datetime(2026, 1, 1, tzinfo=UTC), 1) == []

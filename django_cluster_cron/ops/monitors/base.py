@@ -35,10 +35,12 @@ class Monitor:
     """A job as a monitor sees it.
 
     ``crontab`` is the job's schedule as a standard 5-field crontab meaning the same fire times,
-    or None when it has none (``problem`` says why). ``margin`` is how late a run may start
-    before its slot counts as missed (the spec's margin plus the job's jitter, plus the seconds
-    of a 6-field expression that fires once a minute); ``max_runtime`` how long a run may take
-    (the job's hard time limit, else its soft one, else the spec's), None for no opinion.
+    or None when it has none; ``interval`` is ``(count, unit)`` for an interval of whole minutes
+    (``unit`` one of week, day, hour, minute); ``problem`` says why a job has neither.
+    ``margin`` is how late a run may start before its slot counts as missed (the spec's margin
+    plus the job's jitter, plus the seconds of a 6-field expression that fires once a minute);
+    ``max_runtime`` how long a run may take (the job's hard time limit, else its soft one, else
+    the spec's), None for no opinion.
     """
 
     slug: str
@@ -50,6 +52,11 @@ class Monitor:
     timezone: str
     margin: timedelta
     max_runtime: timedelta | None
+    interval: tuple[int, str] | None = None
+
+    @property
+    def has_schedule(self) -> bool:
+        return self.crontab is not None or self.interval is not None
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,10 @@ on), and is refused, with the reason, when five fields cannot carry it:
   the monitor's margin absorbs (:func:`crontab_for` returns that shift);
 * a day rule that cannot be written (both day fields restricted, a day must match both, and
   neither is ``*`` or ``*/n``: only a field text starting with ``*`` says "both").
+
+Other kinds (:func:`schedule_for`): an interval of whole minutes goes as the service's interval
+schedule (in the largest unit that divides it); a one-off and a schedule with exclusions have
+none — a monitor would count each excluded date as a missed check-in.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from dataclasses import dataclass
 from django.utils.text import slugify
 
 from ...core.errors import ScheduleError
+from ...core.interval import IntervalSchedule
 from ...core.parsing import parse
 
 # Sentry's limit for a monitor slug; every service we know accepts this much.
@@ -39,6 +44,7 @@ class Crontab:
     text: str | None
     problem: str = ""
     shift: int = 0
+    interval: tuple[int, str] | None = None  # (count, unit) for an @every schedule
 
 
 @functools.lru_cache(maxsize=1024)
@@ -62,6 +68,34 @@ def crontab_for(cron: str) -> Crontab:
         )
     text = " ".join(canonical.split()[:5])
     return Crontab(text, shift=fields.seconds[0])
+
+
+_UNITS = (("week", 604_800), ("day", 86_400), ("hour", 3_600), ("minute", 60))
+
+
+def schedule_for(cron: str, exclusions: object = None) -> Crontab:
+    """A job's schedule as a monitor can carry it, whatever its kind (see the module doc)."""
+    if exclusions:
+        return Crontab(
+            None,
+            "its exclusions leave out dates a monitor's schedule cannot (it would count each "
+            "as a missed check-in)",
+        )
+    keyword = cron.strip().split(None, 1)[0].lower() if cron.strip() else ""
+    if keyword == "@at":
+        return Crontab(None, "a one-off run has no recurring schedule")
+    if keyword != "@every":
+        return crontab_for(cron)
+    try:
+        seconds = int(IntervalSchedule.parse(cron, "UTC").interval.total_seconds())
+    except ScheduleError as exc:
+        return Crontab(None, f"the job's schedule is invalid: {exc}")
+    for unit, size in _UNITS:
+        if seconds % size == 0:
+            return Crontab(None, interval=(seconds // size, unit))
+    return Crontab(
+        None, f"an interval of {seconds} s is not whole minutes, the smallest a monitor counts"
+    )
 
 
 def slug_for(template: str, name: str, job_id: int) -> str:

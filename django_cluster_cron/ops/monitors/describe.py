@@ -17,14 +17,14 @@ from datetime import timedelta
 
 from ...models import JobDefinition
 from .base import Monitor
-from .crontab import crontab_for, slug_for
+from .crontab import schedule_for, slug_for
 from .specs import Watch, watches
 
 logger = logging.getLogger("django_cluster_cron.monitors")
 
 
 def monitor_for(job: JobDefinition, watch: Watch) -> Monitor:
-    crontab = crontab_for(job.cron)
+    crontab = schedule_for(job.cron, job.exclusions)
     limit = job.time_limit or job.soft_time_limit
     return Monitor(
         slug=slug_for(watch.slug, job.name, job.pk or 0),
@@ -32,6 +32,7 @@ def monitor_for(job: JobDefinition, watch: Watch) -> Monitor:
         job_id=job.pk or 0,
         cron=job.cron,
         crontab=crontab.text,
+        interval=crontab.interval,
         problem=crontab.problem,
         timezone=job.timezone,
         margin=watch.margin + timedelta(seconds=(job.jitter or 0) + crontab.shift),
@@ -59,7 +60,7 @@ _warned = _Warned()
 
 
 def warn_once(watch: Watch, monitor: Monitor) -> None:
-    if not watch.sink.uses_schedule or monitor.crontab is not None:
+    if not watch.sink.uses_schedule or monitor.has_schedule:
         return
     if _warned.first((watch.label, monitor.job_id, monitor.cron)):
         logger.warning(
@@ -86,9 +87,10 @@ def unmonitorable_jobs() -> list[Unmonitorable]:
     if not schedule_watches:
         return []
     found: list[Unmonitorable] = []
-    for name, cron in JobDefinition.objects.order_by("name").values_list("name", "cron"):
-        crontab = crontab_for(cron)
-        if crontab.text is not None:
+    rows = JobDefinition.objects.order_by("name").values_list("name", "cron", "exclusions")
+    for name, cron, exclusions in rows:
+        crontab = schedule_for(cron, exclusions)
+        if crontab.text is not None or crontab.interval is not None:
             continue
         found.extend(
             Unmonitorable(name, w.label, crontab.problem)

@@ -85,11 +85,16 @@ class SentrySink(MonitorSink):
         self._said_inactive = False
 
     def config(self, monitor: Monitor) -> MonitorConfig | None:
-        """What upserts the monitor; None for a job without a crontab."""
-        if monitor.crontab is None:
+        """What upserts the monitor; None for a job without a schedule a monitor can carry."""
+        if monitor.interval is not None:
+            count, unit = monitor.interval
+            schedule: dict[str, Any] = {"type": "interval", "value": count, "unit": unit}
+        elif monitor.crontab is not None:
+            schedule = {"type": "crontab", "value": monitor.crontab}
+        else:
             return None
         config: dict[str, Any] = {
-            "schedule": {"type": "crontab", "value": monitor.crontab},
+            "schedule": schedule,
             "timezone": monitor.timezone,
             "checkin_margin": minutes(monitor.margin),
             **self.extra,
