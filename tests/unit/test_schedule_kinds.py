@@ -342,3 +342,33 @@ def test_an_excluded_stretch_is_skipped_a_day_at_a_time() -> None:
     ]
     never = parse("* * * * * *", "UTC", exclusions=["2026-01-01..2040-01-01"])
     assert never.fire_times(datetime(2026, 1, 1, tzinfo=UTC), 1) == []
+
+
+# -- exclusions ------------------------------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    expression=st.sampled_from(
+        ["*/20 * * * *", "30 2 * * *", "0 */5 * * *", "@every 7h", "@every 50m", "0 0 * * 1L"]
+    ),
+    zone=st.sampled_from(ZONES),
+    start=st.datetimes(datetime(2020, 1, 1), datetime(2030, 1, 1), timezones=st.just(UTC)),
+    excluded=st.lists(st.tuples(st.integers(0, 40), st.integers(0, 3)), min_size=1, max_size=4),
+)
+def test_exclusions_match_filtering_the_plain_schedule(
+    expression: str, zone: str, start: datetime, excluded: list[tuple[int, int]]
+) -> None:
+    """The model: take the plain schedule's fire times and drop those whose local date is in a
+    rule, one by one (the app skips whole days and asks again)."""
+    first = start.astimezone(ZoneInfo(zone)).date()
+    rules = []
+    banned: set = set()
+    for offset, length in excluded:
+        lo = first + timedelta(days=offset)
+        hi = lo + timedelta(days=length)
+        rules.append(f"{lo}" if length == 0 else f"{lo}..{hi}")
+        banned.update(lo + timedelta(days=d) for d in range(length + 1))
+    plain = parse(expression, zone).fire_times(start, 3000)
+    kept = [t for t in plain if t.astimezone(ZoneInfo(zone)).date() not in banned][:20]
+    assert parse(expression, zone, exclusions=rules).fire_times(start, len(kept)) == kept
