@@ -18,6 +18,7 @@ from .core.interval import IntervalSchedule, duration_in_words
 from .core.oneoff import OneOffSchedule
 from .core.parsing import parse
 from .core.schedules import parse as parse_any
+from .core.solar import SolarSchedule
 
 
 @functools.lru_cache(maxsize=2048)
@@ -34,6 +35,9 @@ def describe(expression: str) -> str:
             if schedule.wall is not None:
                 return f"Once, at {schedule.wall:%Y-%m-%d %H:%M:%S} in the job's time zone"
             return f"Once, at {schedule.instant:%Y-%m-%d %H:%M:%S} UTC"
+        if isinstance(schedule, SolarSchedule):
+            where = f"latitude {schedule.latitude}, longitude {schedule.longitude}"
+            return f"At each {schedule.event.replace('_', ' ')} at {where}"
     try:
         canonical = parse(expression).canonical()
     except ScheduleError:

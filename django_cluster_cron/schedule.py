@@ -25,6 +25,7 @@ from .core.kinds import Schedule
 from .core.oneoff import OneOffSchedule
 from .core.schedules import fire_times, parse, validate_schedule, validate_timezone
 from .core.slots import parse_task_id, task_id_for
+from .core.solar import SolarSchedule
 from .core.timezones import available_timezones
 
 # The name of earlier releases: it accepts every kind of schedule now.
@@ -41,6 +42,7 @@ __all__ = [
     "Schedule",
     "ScheduleError",
     "SlotPlan",
+    "SolarSchedule",
     "Trigger",
     "UnrecordedMisses",
     "available_timezones",

@@ -7,7 +7,8 @@ state, a restart does not shift the cadence, and DST changes nothing: across a s
 a 2-hour interval still fires every 7,200 seconds, and the local clock readings of its fire times
 move by the hour the clock jumped.
 
-The arithmetic is on whole microseconds, so no float rounding can make two hosts disagree.
+Slots are whole seconds: an anchor with a fraction of a second counts from the next whole second.
+The arithmetic is on integers, so no float rounding can make two hosts disagree.
 """
 
 from __future__ import annotations
@@ -131,6 +132,9 @@ class IntervalSchedule:
             anchor = EPOCH
         elif anchor.tzinfo is None or anchor.utcoffset() is None:
             raise ScheduleError("start_at", f"the anchor must be timezone-aware, got {anchor!r}.")
+        elif anchor.microsecond:
+            # Slots are whole seconds: the first whole second not before the start.
+            anchor = anchor.replace(microsecond=0) + timedelta(seconds=1)
         return cls(
             expression=f"{PREFIX} {format_duration(interval)}",
             timezone=timezone,

@@ -1,9 +1,9 @@
 """What every kind of schedule offers the rest of the app.
 
-A schedule is cron (:mod:`.cron`), an interval (:mod:`.interval`) or a one-off date
-(:mod:`.oneoff`), optionally with exclusions (:mod:`.exclusions`). The scheduler, the catch-up
-plan, the previews and the metrics only ever ask the questions of :class:`Schedule`, so a new
-kind needs nothing but this interface.
+A schedule is cron (:mod:`.cron`), an interval (:mod:`.interval`), a one-off date
+(:mod:`.oneoff`) or a solar event (:mod:`.solar`), optionally with exclusions
+(:mod:`.exclusions`). The scheduler, the catch-up plan, the previews and the metrics only ever
+ask the questions of :class:`Schedule`, so a new kind needs nothing but this interface.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ class Schedule(Protocol):
     def zone(self) -> tzinfo: ...
 
     @property
-    def kind(self) -> str: ...  # "cron", "interval" or "one-off"
+    def kind(self) -> str: ...  # "cron", "interval", "one-off" or "solar"
 
     @property
     def wall_clock(self) -> bool: ...  # fires at wall times (the fixed-time DST rules apply)

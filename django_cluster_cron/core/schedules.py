@@ -1,7 +1,8 @@
 """From a schedule's text to a :class:`~.kinds.Schedule` of the right kind.
 
 ``@every <duration>`` is an interval (:mod:`.interval`), ``@at <date and time>`` a one-off
-(:mod:`.oneoff`); anything else is read as cron (:mod:`.cron`, aliases such as ``@daily``
+(:mod:`.oneoff`), ``@solar <event> <latitude> <longitude>`` a solar schedule (:mod:`.solar`);
+anything else is read as cron (:mod:`.cron`, aliases such as ``@daily``
 included). One function for every caller, so the admin's preview, the API, declarations in code
 and the scheduler cannot read a schedule differently.
 """
@@ -12,13 +13,14 @@ import functools
 from collections.abc import Iterable
 from datetime import datetime
 
-from . import interval, oneoff
+from . import interval, oneoff, solar
 from .cron import CronSchedule
 from .errors import ScheduleError
 from .exclusions import ExcludingSchedule, parse_exclusions
 from .interval import IntervalSchedule
 from .kinds import Schedule
 from .oneoff import OneOffSchedule
+from .solar import SolarSchedule
 from .timezones import get_zone
 
 __all__ = ["fire_times", "parse", "parse_schedule", "validate_schedule", "validate_timezone"]
@@ -56,6 +58,8 @@ def _parse_kind(expression: object, timezone: str, anchor: datetime | None) -> S
             return IntervalSchedule.parse(expression, timezone, anchor)
         if keyword == oneoff.PREFIX:
             return OneOffSchedule.parse(expression, timezone)
+        if keyword == solar.PREFIX:
+            return SolarSchedule.parse(expression, timezone)
         for prefix in (interval.PREFIX, oneoff.PREFIX):
             if keyword.startswith(prefix) and keyword[len(prefix) : len(prefix) + 1].isdigit():
                 raise ScheduleError(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from django.core.management import call_command
@@ -85,18 +85,18 @@ def test_a_dry_run_lists_what_it_would_create_and_why_it_skips_the_rest(beat):
     )
     assert "would create clocked: '@at 20" in out
     assert "skip    clocked and done: clocked at " in out
-    assert "skip    sunrise: solar schedules are not supported" in out
+    assert "would create sunrise: '@solar sunrise 48.1 11.6' in UTC -> tests.add" in out
     assert "skip    gone task: not valid here: task: Task 'tests.vanished' is not registered" in out
     assert "skip    bad cron: not valid here: cron: minute field: '61'" in out
     assert "skip    celery.backend_cleanup: Celery's own maintenance task" in out
     assert "skip    ours: 'django_cluster_cron.execute_run' is one of django-cluster-cron's" in out
-    assert "Would create 5 job(s); skipped 7." in out
+    assert "Would create 6 job(s); skipped 6." in out
     assert not JobDefinition.objects.exists()
 
 
 def test_apply_creates_validated_jobs_and_can_disable_the_beat_originals(beat):
     out = run("--apply", "--disable-imported")
-    assert "Created 5 job(s); skipped 7." in out
+    assert "Created 6 job(s); skipped 6." in out
     job = JobDefinition.objects.get(name="nightly report")
     assert (job.cron, job.timezone, job.task, job.args) == (
         "30 2 * * 1-5",
@@ -114,26 +114,28 @@ def test_apply_creates_validated_jobs_and_can_disable_the_beat_originals(beat):
     )
     assert "periodic task 'nightly report'" in created.note
     assert not PeriodicTask.objects.get(name="nightly report").enabled
-    assert PeriodicTask.objects.get(name="sunrise").enabled  # not imported: left alone
+    assert PeriodicTask.objects.get(name="gone task").enabled  # not imported: left alone
     assert JobDefinition.objects.get(name="once").max_runs == 1
     again = run("--apply")
     assert "skip    nightly report: a job with this name already exists" in again
-    assert JobDefinition.objects.count() == 5
+    assert JobDefinition.objects.count() == 6
 
 
-def beat_next(task: PeriodicTask, now) -> object:
+def beat_next(task: PeriodicTask, now: datetime) -> datetime:
     """When django-celery-beat's own scheduler entry would next run ``task``, seen at ``now``."""
     from celery import current_app
 
     entry = ModelEntry(task, app=current_app)
     schedule = entry.schedule
     schedule.nowfun = lambda: now
-    return now + schedule.remaining_estimate(entry.last_run_at)
+    found: datetime = now + schedule.remaining_estimate(entry.last_run_at)
+    return found
 
 
 def test_the_next_fire_times_agree_with_django_celery_beats_own_schedules():
-    """One task of each kind beat has (solar aside), imported: our next fire time is the one
-    beat's own schedule objects decide, and the cadence after it goes on at beat's interval."""
+    """One task of each kind beat has, imported: our next fire time is the one beat's own
+    schedule objects decide (to the second: ours are whole seconds), and the cadence after it
+    goes on at beat's interval."""
     now = timezone.now()
     berlin = CrontabSchedule.objects.create(minute="15", hour="4", timezone="Europe/Berlin")
     tasks = [
@@ -160,6 +162,12 @@ def test_the_next_fire_times_agree_with_django_celery_beats_own_schedules():
             one_off=True,
         ),
         beat_task("one-off crontab", crontab=berlin, one_off=True),
+        beat_task(
+            "dusk",
+            solar=SolarSchedule.objects.create(
+                event="dusk_nautical", latitude="-33.868800", longitude="151.209300"
+            ),
+        ),
     ]
     run("--apply")
     now = timezone.now()
@@ -170,6 +178,7 @@ def test_the_next_fire_times_agree_with_django_celery_beats_own_schedules():
         theirs = beat_next(task, now)
         if task.start_time is not None:
             theirs = max(theirs, task.start_time)  # beat holds the task until its start
+        theirs = theirs.replace(microsecond=0)
         assert ours == theirs, task.name
         if task.interval is not None:
             step = timedelta(**{task.interval.period: task.interval.every})

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import itertools
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -47,8 +47,11 @@ ZONES = [
 def model_interval(
     anchor: datetime, step: timedelta, after: datetime, count: int
 ) -> list[datetime]:
-    """Walk from the anchor towards ``after`` in doubling strides, then one step at a time."""
+    """Walk from the anchor (its next whole second) towards ``after`` in doubling strides, then
+    one step at a time."""
     point = anchor
+    if point.microsecond:
+        point = point.replace(microsecond=0) + timedelta(seconds=1)
     if point > after:
         while point - step > after:
             stride = step
@@ -363,7 +366,7 @@ def test_exclusions_match_filtering_the_plain_schedule(
     rule, one by one (the app skips whole days and asks again)."""
     first = start.astimezone(ZoneInfo(zone)).date()
     rules = []
-    banned: set = set()
+    banned: set[date] = set()
     for offset, length in excluded:
         lo = first + timedelta(days=offset)
         hi = lo + timedelta(days=length)

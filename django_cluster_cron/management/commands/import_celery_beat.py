@@ -6,8 +6,8 @@ schedules map one to one; an interval becomes ``@every`` counted from the moment
 it (else its start time, else the moment it was last changed, as beat counts), so the cadence
 the team sees goes on; a clocked task becomes ``@at``; a one-off crontab or interval task
 becomes its schedule with ``max_runs`` 1; a start time and an expiry carry over as the job's
-start and end. Solar schedules are skipped (docs/how-to/migrate-from-celery-beat.md says why).
-Every job is validated like an admin entry.
+start and end; a solar schedule becomes ``@solar`` (the same events, by the same library). Every
+job is validated like an admin entry.
 """
 
 from __future__ import annotations
@@ -184,7 +184,7 @@ class Command(ClusterCronCommand):
                 anchor, source = task.start_time, "its start time"
             else:
                 anchor, source = task.date_changed or now, "its last change"
-            start_at = anchor
+            start_at = anchor = anchor.replace(microsecond=0)  # slots are whole seconds
             notes.append(f"counted from {source}, {_utc_text(anchor)}")
         elif task.clocked is not None:
             when = task.clocked.clocked_time
@@ -202,13 +202,14 @@ class Command(ClusterCronCommand):
                 notes.append("its time rounded down to the second")
             if task.start_time is not None and task.start_time <= when:
                 start_at = None
-        else:
-            return Mapping(
-                name,
-                None,
-                "solar schedules are not supported (see the migration guide); recreate it as "
-                "a cron job at the times you need",
+        elif task.solar is not None:
+            s = task.solar
+            cron, zone = (
+                f"@solar {s.event} {s.latitude.normalize()} {s.longitude.normalize()}",
+                "UTC",
             )
+        else:
+            return Mapping(name, None, "no schedule")
         if task.one_off and task.clocked is None:
             if task.total_run_count:
                 return Mapping(name, None, "one-off task that has run")

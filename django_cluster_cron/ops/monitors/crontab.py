@@ -84,6 +84,8 @@ def schedule_for(cron: str, exclusions: object = None) -> Crontab:
     keyword = cron.strip().split(None, 1)[0].lower() if cron.strip() else ""
     if keyword == "@at":
         return Crontab(None, "a one-off run has no recurring schedule")
+    if keyword == "@solar":
+        return Crontab(None, "a solar event moves every day")
     if keyword != "@every":
         return crontab_for(cron)
     try:
