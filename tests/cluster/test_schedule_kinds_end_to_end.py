@@ -1,5 +1,5 @@
 """The schedule kinds beyond cron, end to end: a real `run_scheduler` leader and a real Celery
-worker run an interval job (``@every``), a one-off (``@at``) and a cron job whose date is
+worker run an interval job (``@every``), a one-off (``@at``) and cron jobs whose date is
 excluded, in one session.
 
 The task bodies write to the witness table ``testapp.Execution``, independent of the run ledger.
@@ -98,7 +98,24 @@ def test_interval_one_off_and_excluded_date_with_a_real_scheduler_and_worker(clu
     # 3. Every 2 seconds (the 6th field is the seconds), but not today: nothing until tomorrow.
     excluded = validated("not-today", cron="* * * * * */2", exclusions=[today.isoformat()])
     tomorrow = midnight_after(today)
-    assert excluded.next_run_at == tomorrow
+    assert excluded.next_run_at == tomorrow, (excluded.last_scheduled_at, excluded.exclusions)
+    # 3'. The same rule read by the scheduler itself: a job whose leader has been away since
+    # just before midnight (its bookkeeping as such an outage leaves it) is owed yesterday's
+    # last two slots, 23:58 and 23:59, and then nothing but today's, which are excluded.
+    midnight = midnight_after(today - timedelta(days=1))
+    owed = validated(
+        "back-from-yesterday",
+        cron="* * * * *",
+        exclusions=[today.isoformat()],
+        catchup_policy="all",
+        catchup_window=timedelta(days=2),
+    )
+    assert owed.next_run_at == tomorrow
+    JobDefinition.objects.filter(pk=owed.pk).update(
+        last_scheduled_at=midnight - timedelta(seconds=150),
+        next_run_at=midnight - timedelta(seconds=120),
+    )
+    yesterdays = [midnight - timedelta(seconds=120), midnight - timedelta(seconds=60)]
 
     # The session goes on until an interval slot two intervals past the one-off's instant has
     # run, every earlier slot of it too: the leader made passes well after the one-off was due
@@ -109,8 +126,10 @@ def test_interval_one_off_and_excluded_date_with_a_real_scheduler_and_worker(clu
 
     def interval_done_through_target() -> bool:
         done = [r for r in runs_of(every) if r.scheduled_for <= target]
-        return bool(done) and done[-1].scheduled_for == target and all(
-            r.status == RunStatus.SUCCESS for r in done
+        return (
+            bool(done)
+            and done[-1].scheduled_for == target
+            and all(r.status == RunStatus.SUCCESS for r in done)
         )
 
     def state() -> str:
@@ -118,6 +137,14 @@ def test_interval_one_off_and_excluded_date_with_a_real_scheduler_and_worker(clu
         lines += [f"{r.job.name} {r.scheduled_for:%H:%M:%S} {r.status}" for r in runs_of(once)]
         return "\n".join(lines) + "\n" + cluster.log("leader") + cluster.log("w1")
 
+    wait_for(
+        lambda: (
+            [r.scheduled_for for r in runs_of(owed) if r.status == RunStatus.SUCCESS] == yesterdays
+        ),
+        90,
+        "yesterday's two owed slots to succeed",
+        detail=state,
+    )
     [once_run] = wait_for(
         lambda: [r for r in runs_of(once) if r.status == RunStatus.SUCCESS],
         90,
@@ -137,9 +164,7 @@ def test_interval_one_off_and_excluded_date_with_a_real_scheduler_and_worker(clu
     leader.send_signal(signal.SIGTERM)
     assert leader.wait(30) == 0, cluster.log("leader")
     wait_for(
-        lambda: not JobRun.objects.filter(
-            publish_count__gt=0, status__in=ACTIVE_STATUSES
-        ).exists(),
+        lambda: not JobRun.objects.filter(publish_count__gt=0, status__in=ACTIVE_STATUSES).exists(),
         60,
         "the runs sent to finish",
         detail=state,
@@ -185,6 +210,16 @@ def test_interval_one_off_and_excluded_date_with_a_real_scheduler_and_worker(clu
     excluded.refresh_from_db()
     assert excluded.next_run_at == tomorrow
     assert excluded.finished_reason(timezone.now()) == ""
+    # 3'. Caught up: yesterday's two slots ran, late; not one of today's was recorded, and the
+    # leader's bookkeeping goes on at tomorrow's first slot.
+    caught_up = runs_of(owed)
+    assert [r.scheduled_for for r in caught_up] == yesterdays
+    for run in caught_up:
+        assert run.status == RunStatus.SUCCESS, run
+        assert run.trigger == RunTrigger.CATCHUP, run
+    assert Execution.objects.filter(label="back-from-yesterday").count() == 2
+    owed.refresh_from_db()
+    assert owed.next_run_at == tomorrow
 
 
 def test_public_holidays_exclude_dates_from_a_schedule():
