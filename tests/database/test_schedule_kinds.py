@@ -206,3 +206,35 @@ def test_the_admin_form_names_a_bad_exclusion(admin_client) -> None:
     assert response.status_code == 200
     [error] = field_errors(response, "exclusions")
     assert "no subdivision 'ZZ'" in error
+
+
+def test_the_api_creates_jobs_of_every_kind_and_names_a_bad_rule(api_admin) -> None:
+    base = {"timezone": "Europe/Berlin", "task": "tests.add"}
+    ahead = (dj_timezone.now() + timedelta(days=2)).strftime("%Y-%m-%dT%H:%M")
+    for name, schedule, exclusions in (
+        ("api-every", "@every 7m", ["holidays:DE-BY", "2026-12-24"]),
+        ("api-once", f"@at {ahead}", []),
+        ("api-solar", "@solar sunrise 48.1374 11.5755", []),
+    ):
+        response = api_admin.post(
+            "/cron/api/jobs/",
+            {**base, "name": name, "cron": schedule, "exclusions": exclusions},
+            format="json",
+        )
+        assert response.status_code == 201, response.content
+        assert response.json()["exclusions"] == exclusions
+        assert JobDefinition.objects.get(name=name).next_run_at is not None
+    bad = api_admin.post(
+        "/cron/api/jobs/",
+        {**base, "name": "api-bad", "cron": "@daily", "exclusions": ["2026-13-01"]},
+        format="json",
+    )
+    assert bad.status_code == 400
+    assert "month must be in 1..12" in bad.json()["exclusions"][0]
+    wrong_type = api_admin.post(
+        "/cron/api/jobs/",
+        {**base, "name": "api-bad", "cron": "@daily", "exclusions": {"dates": []}},
+        format="json",
+    )
+    assert wrong_type.status_code == 400
+    assert "exclusions" in wrong_type.json()
