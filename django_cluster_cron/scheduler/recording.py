@@ -218,10 +218,13 @@ class Recorder:
                 assert isinstance(rules_or_problem, CatchupRules)
                 last, rules, timing = job.last_scheduled_at or now, rules_or_problem, job.timing()
                 may_lead = ahead_until is not None and job.overlap_policy == ALLOW
-                key = (job.cron, job.timezone, last, rules, timing, may_lead)
+                # The parsed schedule stands for everything that makes the slots: the text,
+                # the zone, an interval's anchor, the exclusions (jobs that share all of it
+                # share one plan).
+                schedule = job.schedule
+                key = (schedule, last, rules, timing, may_lead)
                 planned = plans.get(key)
                 if planned is None:
-                    schedule = job.schedule
                     plan = plan_slots(
                         schedule, last_scheduled_at=last, now=now, rules=rules, timing=timing
                     )

@@ -238,3 +238,25 @@ def test_the_api_creates_jobs_of_every_kind_and_names_a_bad_rule(api_admin) -> N
     )
     assert wrong_type.status_code == 400
     assert "exclusions" in wrong_type.json()
+
+
+def test_jobs_of_one_cron_with_different_exclusions_keep_their_own_slots(make_scheduler):
+    """The leader shares one plan between jobs whose slots are the same: exclusions make them
+    differ (found by a review: the job planned first decided the other's dates)."""
+    watermark = T0 - timedelta(seconds=30)
+    plain = job("plain", cron="0 12 * * *", watermark=watermark)
+    skips = job("skips-2nd", cron="0 12 * * *", watermark=watermark, exclusions=["2030-01-02"])
+    other = job("skips-3rd", cron="0 12 * * *", watermark=watermark, exclusions=["2030-01-03"])
+    clock = Clock(T0 + timedelta(seconds=1))
+    scheduler = make_scheduler("node-a", clock)
+    for _ in range(3):
+        scheduler.step()
+        clock.advance(86_400)
+
+    def slots(of: JobDefinition) -> list[datetime]:
+        return sorted(JobRun.objects.filter(job=of).values_list("scheduled_for", flat=True))
+
+    day = timedelta(days=1)
+    assert slots(plain) == [T0, T0 + day, T0 + 2 * day]
+    assert slots(skips) == [T0, T0 + 2 * day]
+    assert slots(other) == [T0, T0 + day]
