@@ -32,6 +32,9 @@ from .timezones import gap_end, is_imaginary, to_instant, to_wall
 __all__ = ["ExcludingSchedule", "Exclusions", "parse_exclusions"]
 
 MAX_RULES = 200
+# The preview's list of excluded dates looks at this many fire times at most (an every-second
+# schedule past its end would otherwise be walked for a year).
+MAX_LOOKED = 10_000
 # A schedule whose fire times over this long are all excluded never fires again (validation
 # refuses it when it is written).
 NEVER_AGAIN = timedelta(days=3653)
@@ -194,8 +197,8 @@ class ExcludingSchedule:
     def excluded_after(self, after: datetime, until: datetime) -> list[str]:
         """Why each excluded date with fire times in ``(after, until]`` is excluded, in order."""
         found: list[str] = []
-        for instant, reason in self._walk(after):
-            if instant > until or len(found) >= MAX_RULES:
+        for looked, (instant, reason) in enumerate(self._walk(after)):
+            if instant > until or len(found) >= MAX_RULES or looked >= MAX_LOOKED:
                 break
             if reason is not None:
                 found.append(reason)
