@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, tzinfo
 
@@ -115,7 +115,7 @@ def parse_exclusions(rules: object) -> Exclusions:
     """Read a list of rules; ``ScheduleError(field="exclusions")`` names the rule at fault."""
     if rules is None:
         rules = ()
-    if isinstance(rules, str) or not isinstance(rules, Iterable):
+    if not isinstance(rules, (list, tuple)):
         raise _fail(
             "Exclusions must be a list of rules, e.g. ['holidays:DE-BY', '2026-12-24', "
             f"'2026-12-27..2026-12-31'], got {type(rules).__name__}."

@@ -170,7 +170,7 @@ class JobDefinition(models.Model):
         help_text="Cron: 5 fields (minute hour day-of-month month day-of-week), an optional 6th "
         "for seconds, or an alias such as @daily, evaluated in the job's time zone. Or an "
         "interval, '@every 90s' (units d, h, m, s; counted from the start, else 1970-01-01 "
-        "UTC), once, '@at 2026-12-24T18:00' (a wall time in the job's zone, or with an offset), "
+        "UTC), once, '@at 2026-12-24T18:00:00' (a wall time in the job's zone, or with an offset), "
         "or at a solar event, '@solar sunrise 48.1374 11.5755' (event, latitude, longitude).",
     )
     timezone = models.CharField(

@@ -19,7 +19,6 @@ from django.utils.dateparse import parse_datetime
 from django_cluster_cron.describe import describe
 from django_cluster_cron.models import JobDefinition, JobRun, RunStatus
 from django_cluster_cron.ops.status import cluster_status
-from django_cluster_cron.schedule import fire_times
 
 RECENT_RUNS = 14
 
@@ -178,7 +177,7 @@ def slots_between(job_name: str, start: datetime, end: datetime) -> list[datetim
     """The slots of the job named ``job_name`` after ``start`` up to ``end``."""
     job = JobDefinition.objects.get(name=job_name)
     slots = []
-    for slot in fire_times(job.cron, job.timezone, start, 1000):
+    for slot in job.schedule.fire_times(start, 1000):
         if slot > end:
             break
         slots.append(slot)

@@ -70,6 +70,27 @@ def demo_jobs(ping_url: str) -> list[dict[str, Any]]:
             "enabled": True,
             "description": "A wall-clock job in a zone with DST: 09:30 Berlin time all year.",
         },
+        {
+            "name": "echo every 90 seconds",
+            "cron": "@every 90s",
+            "timezone": "UTC",
+            "task": "demo.echo",
+            "args": ["an interval of real time"],
+            "kwargs": {},
+            "enabled": True,
+            "description": "An interval: every 90 s of real time, counted from 1970-01-01 UTC.",
+        },
+        {
+            "name": "weekday report, not on Bavarian holidays",
+            "cron": "0 8 * * mon-fri",
+            "timezone": "Europe/Berlin",
+            "exclusions": ["holidays:DE-BY"],
+            "task": "demo.echo",
+            "args": ["weekday report"],
+            "kwargs": {},
+            "enabled": True,
+            "description": "Exclusions: the preview lists the holidays it skips, and why.",
+        },
     ]
 
 
@@ -169,11 +190,10 @@ class Command(BaseCommand):
         return name, "created" if created else "updated", job
 
     def write_preview(self, job: Any) -> None:
-        try:
-            from django_cluster_cron.schedule import fire_times
-        except ImportError:
+        schedule = getattr(job, "schedule", None)  # the job's, with its anchor and exclusions
+        if schedule is None:
             return
         now = datetime.now(timezone.utc)
-        times = fire_times(job.cron, job.timezone, now, 2)
+        times = schedule.fire_times(now, 2)
         preview = ", ".join(t.strftime("%Y-%m-%d %H:%M:%SZ") for t in times)
         self.stdout.write(f"    next: {preview}")
