@@ -1,6 +1,6 @@
 """The schedule kinds beyond cron, end to end: a real `run_scheduler` leader and a real Celery
 worker run an interval job (``@every``), a one-off (``@at``) and cron jobs whose date is
-excluded, in one session.
+excluded (a date, and a public holiday), in one session.
 
 The task bodies write to the witness table ``testapp.Execution``, independent of the run ledger.
 The in-process tests (the scheduler on a controllable clock) are
@@ -116,6 +116,23 @@ def test_interval_one_off_and_excluded_date_with_a_real_scheduler_and_worker(clu
         next_run_at=midnight - timedelta(seconds=120),
     )
     yesterdays = [midnight - timedelta(seconds=120), midnight - timedelta(seconds=60)]
+    # 4. A public holiday, read by the scheduler: noon on December 24-26 (UTC) except US public
+    # holidays, its leader away since the last such week began. It is owed the 24th and the
+    # 26th; Christmas Day is not a slot (neither run nor recorded missed), and the next slot is
+    # next year's 24th.
+    christmas_year = today.year if today >= date(today.year, 12, 27) else today.year - 1
+    eve = datetime(christmas_year, 12, 24, 12, tzinfo=UTC)
+    holiday_week = validated(
+        "christmas-week",
+        cron="0 12 24-26 12 *",
+        exclusions=["holidays:US"],
+        catchup_policy="all",
+        catchup_window=now - eve + timedelta(days=2),
+    )
+    JobDefinition.objects.filter(pk=holiday_week.pk).update(
+        last_scheduled_at=eve - timedelta(hours=23), next_run_at=eve
+    )
+    holiday_slots = [eve, eve + timedelta(days=2)]
 
     # The session goes on until an interval slot two intervals past the one-off's instant has
     # run, every earlier slot of it too: the leader made passes well after the one-off was due
@@ -133,7 +150,7 @@ def test_interval_one_off_and_excluded_date_with_a_real_scheduler_and_worker(clu
         )
 
     def state() -> str:
-        runs = [r for job in (every, once, excluded, owed) for r in runs_of(job)]
+        runs = [r for job in (every, once, excluded, owed, holiday_week) for r in runs_of(job)]
         lines = [f"{r.job.name} {r.scheduled_for:%Y-%m-%d %H:%M:%S} {r.status}" for r in runs]
         return "\n".join([*lines, cluster.log("leader"), cluster.log("w1")])
 
@@ -146,6 +163,17 @@ def test_interval_one_off_and_excluded_date_with_a_real_scheduler_and_worker(clu
         ),
         90,
         "yesterday's two owed slots to succeed",
+        detail=state,
+    )
+    wait_for(
+        lambda: (
+            JobRun.objects.filter(
+                job=holiday_week, scheduled_for__in=holiday_slots, status=RunStatus.SUCCESS
+            ).count()
+            == len(holiday_slots)
+        ),
+        90,
+        "December 24th and 26th to be caught up",
         detail=state,
     )
     [once_run] = wait_for(
@@ -223,6 +251,14 @@ def test_interval_one_off_and_excluded_date_with_a_real_scheduler_and_worker(clu
     assert Execution.objects.filter(label="back-from-yesterday").count() == 2
     owed.refresh_from_db()
     assert owed.next_run_at == tomorrow
+    # 4. Christmas Day (a US public holiday) left out of the catch-up: no row at all.
+    caught_up = runs_of(holiday_week)
+    assert [r.scheduled_for for r in caught_up] == holiday_slots
+    assert all(r.status == RunStatus.SUCCESS for r in caught_up), caught_up
+    assert all(r.trigger == RunTrigger.CATCHUP for r in caught_up), caught_up
+    assert Execution.objects.filter(label="christmas-week").count() == 2
+    holiday_week.refresh_from_db()
+    assert holiday_week.next_run_at == datetime(christmas_year + 1, 12, 24, 12, tzinfo=UTC)
 
 
 def test_public_holidays_exclude_dates_from_a_schedule():
