@@ -60,7 +60,10 @@ def _date(text: str, rule: str) -> date:
 def _holidays_of_year(country: str, subdiv: str | None, year: int) -> dict[date, str]:
     import holidays
 
-    return dict(holidays.country_holidays(country, subdiv=subdiv, years=year).items())
+    # Names in English whatever the process's locale (the package follows LANG otherwise), so
+    # every host and every preview says the same thing.
+    calendar = holidays.country_holidays(country, subdiv=subdiv, years=year, language="en_US")
+    return dict(calendar.items())
 
 
 def _check_calendar(country: str, subdiv: str | None, rule: str) -> None:

@@ -375,3 +375,18 @@ def test_exclusions_match_filtering_the_plain_schedule(
     plain = parse(expression, zone).fire_times(start, 3000)
     kept = [t for t in plain if t.astimezone(ZoneInfo(zone)).date() not in banned][:20]
     assert parse(expression, zone, exclusions=rules).fire_times(start, len(kept)) == kept
+
+
+def test_holiday_names_are_english_whatever_the_locale(monkeypatch) -> None:
+    """The holidays package names holidays in the process's language (LANG) unless told; the
+    reasons the previews show must not depend on the host."""
+    from django_cluster_cron.core import exclusions
+
+    for name in ("LANG", "LC_ALL", "LANGUAGE"):
+        monkeypatch.setenv(name, "de_DE.UTF-8")
+    exclusions._holidays_of_year.cache_clear()
+    try:
+        rules = exclusions.parse_exclusions(["holidays:DE-BY"])
+        assert rules.reason(date(2026, 12, 25)) == "2026-12-25: Christmas Day (DE-BY)"
+    finally:
+        exclusions._holidays_of_year.cache_clear()
