@@ -160,7 +160,9 @@ def test_the_api_preview_lists_excluded_dates_and_why(api_admin) -> None:
     assert bad.status_code == 400
     assert "exclusions" in bad.json()
     interval = api_admin.get("/cron/api/preview/", {"cron": "@every 90s", "count": 2})
-    first, second = (datetime.fromisoformat(t) for t in interval.json()["fire_times"])
+    first, second = (
+        datetime.fromisoformat(t.replace("Z", "+00:00")) for t in interval.json()["fire_times"]
+    )
     assert second - first == timedelta(seconds=90)
     assert first.timestamp() % 90 == 0
     assert interval.json()["description"] == "Every 1 minute 30 seconds (elapsed time)"
