@@ -86,26 +86,27 @@ def parse_duration(text: str) -> timedelta:
     return timedelta(seconds=seconds)
 
 
-def format_duration(interval: timedelta) -> str:
-    """The canonical spelling: ``timedelta(seconds=5400)`` -> ``1h30m``."""
-    left = int(interval.total_seconds())
-    parts = []
+def _parts(interval: timedelta) -> list[tuple[int, str]]:
+    """``(count, unit)`` per non-zero unit, largest first: 5400 s -> [(1, "h"), (30, "m")]."""
+    left, parts = int(interval.total_seconds()), []
     for unit, size in _UNITS.items():
         count, left = divmod(left, size)
         if count:
-            parts.append(f"{count}{unit}")
-    return "".join(parts) or "0s"
+            parts.append((count, unit))
+    return parts
+
+
+def format_duration(interval: timedelta) -> str:
+    """The canonical spelling: ``timedelta(seconds=5400)`` -> ``1h30m``."""
+    return "".join(f"{count}{unit}" for count, unit in _parts(interval)) or "0s"
 
 
 def duration_in_words(interval: timedelta) -> str:
     """``1h30m`` -> ``1 hour 30 minutes``."""
-    left = int(interval.total_seconds())
-    words = []
-    for unit, size in _UNITS.items():
-        count, left = divmod(left, size)
-        if count:
-            words.append(f"{count} {_UNIT_NAMES[unit]}{'' if count == 1 else 's'}")
-    return " ".join(words)
+    return " ".join(
+        f"{count} {_UNIT_NAMES[unit]}{'' if count == 1 else 's'}"
+        for count, unit in _parts(interval)
+    )
 
 
 @dataclass(frozen=True)
