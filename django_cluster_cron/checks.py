@@ -17,7 +17,8 @@ that declaration out and syncs the others.
 | cluster_cron.W004     | a job declared in code cannot be read (unknown key, twice declared) |
 | cluster_cron.W005     | a job declared in code is invalid (the field and the model's words)|
 | cluster_cron.E006     | ``CELERY_APP`` cannot be imported or is not a Celery app           |
-| cluster_cron.W002     | no Celery app is configured (``celery.current_app`` is the default)|
+| cluster_cron.W002     | no Celery app is configured (``celery.current_app`` is the default), |
+|                       | and the project sets no ``TASKS`` (Django's tasks)                 |
 | cluster_cron.E007     | ``USE_TZ`` is False                                                |
 | cluster_cron.W006     | a database the app uses waits without bound on a silent link      |
 | cluster_cron.W007     | Redis lease: its connections would wait on Redis without bound     |
@@ -174,6 +175,8 @@ def _check_celery_app() -> list[CheckMessage]:
     except ImproperlyConfigured as exc:
         return [Error(str(exc), id="cluster_cron.E006")]
     if app_settings.CELERY_APP is None and app.main in (None, "__main__", "default"):
+        if _sets_tasks():
+            return []  # a project on Django's tasks framework, which may not use Celery at all
         return [
             Warning(
                 "No Celery app is configured: celery.current_app is Celery's default app.",
@@ -183,6 +186,15 @@ def _check_celery_app() -> list[CheckMessage]:
             )
         ]
     return []
+
+
+def _sets_tasks() -> bool:
+    """Whether the project configures Django's tasks framework (``TASKS``, not Django's
+    default)."""
+    from django.conf import global_settings
+
+    found = getattr(settings, "TASKS", None)
+    return bool(found) and found is not getattr(global_settings, "TASKS", None)
 
 
 def _check_declarations() -> list[CheckMessage]:

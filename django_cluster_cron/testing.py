@@ -47,14 +47,17 @@ def run_due(now: datetime | None = None, *, execute: bool = True) -> list[Any]:
     The planner, the catch-up window and policy, the overlap policy and the unique slot are the
     real ones, and so is the ledger: missed and skipped slots are recorded as the scheduler
     records them. Each run is delivered as its job's own task with Celery's ``apply()`` (in-process:
-    no broker, no worker; Celery's task signals fire as on a worker), so its claim, its status and
-    its retries are the real ones too; a retry is
+    no broker, no worker; Celery's task signals fire as on a worker), or, for a ``django.tasks``
+    task, as the wrapper a backend's worker runs, on an immediate backend; so its claim, its
+    status and its retries are the real ones too; a retry is
     recorded as ``retrying`` and not run again (call ``run_due`` later, or ``execute=False`` to
     only record). Jobs whose overlap policy takes a lock need a lease backend: set
     ``CLUSTER_CRON["LEASE_BACKEND"] = "memory"`` in test settings if there is no Redis.
     """
+    from . import djtasks
     from .celery_app import get_celery_app
     from .dbtime import database_now
+    from .djtasks_app import resolve_task
     from .ledger.fence import Fence
     from .ledger.outbox import mark_published
     from .models import JobRun
@@ -73,9 +76,11 @@ def run_due(now: datetime | None = None, *, execute: bool = True) -> list[Any]:
             # Due at ``now`` by definition, even if the database's own clock has not got there
             # yet (a test that plays "tomorrow at 03:00"): the claim compares with that clock.
             JobRun.objects.filter(pk__in=[m.run_id for m in batch.messages]).update(due_at=None)
-            app = get_celery_app()
             for message in batch.messages:
-                deliver_here(app, message)
+                if resolve_task(message.task) is not None:
+                    djtasks.deliver_here(message)
+                else:
+                    deliver_here(get_celery_app(), message)
         if batch.jobs < 500:
             break
     runs = JobRun.objects.filter(task_id__in=recorded).select_related("job")

@@ -26,6 +26,7 @@ from .core.exclusions import ExcludingSchedule, parse_exclusions
 from .core.kinds import Schedule
 from .core.overlap import OverlapPolicy
 from .core.schedules import validate_schedule, validate_timezone
+from .djtasks_app import framework_of, frameworks, resolve_task
 
 LIVE_NAME_TAKEN = "A job with this name already exists."
 MAX_JITTER = 3600  # seconds
@@ -80,8 +81,8 @@ def allowlist_reason(task: str) -> str | None:
 
 
 def clean_task_name(value: str) -> None:
-    """A registered Celery task of the configured app, not Celery's or this app's own, allowed
-    by the list."""
+    """A registered Celery task of the configured app, or the import path of a ``django.tasks``
+    task; not Celery's or this app's own; allowed by the list."""
     if not isinstance(value, str) or not value.strip():
         raise ValidationError("Task name is empty.", code="invalid_task")
     if len(value) > 200 or not _TASK_NAME.match(value):
@@ -96,6 +97,8 @@ def clean_task_name(value: str) -> None:
     not_allowed = allowlist_reason(value)
     if not_allowed:
         raise ValidationError(not_allowed, code="task_not_allowed")
+    if resolve_task(value) is not None:
+        return
     try:
         known = registered_task_names()
     except ImproperlyConfigured as exc:
@@ -103,9 +106,44 @@ def clean_task_name(value: str) -> None:
     if value not in known:
         raise ValidationError(
             f"Task {value!r} is not registered in the Celery app "
-            f"({len(known)} tasks are; check the name and that its module is imported).",
+            f"({len(known)} tasks are; check the name and that its module is imported)"
+            + (", nor the path of a django.tasks task." if frameworks() else "."),
             code="unknown_task",
         )
+
+
+def tasks_backend_errors(job: Any) -> dict[str, ValidationError]:
+    """For a job whose task is a ``django.tasks`` task: what its task's backend refuses of the
+    job's queue and priority (or of the task's own, when the job leaves them empty), by field."""
+    task = resolve_task(job.task)
+    framework = framework_of(task)
+    if task is None or framework is None:
+        return {}
+    try:
+        backend = framework.backend(task.backend)
+    except framework.invalid_backend as exc:
+        return {"task": ValidationError(f"Its backend is not configured: {exc}", code="backend")}
+    queue = job.queue or app_settings.DEFAULT_QUEUE or task.queue_name
+    queues = getattr(backend, "queues", None)
+    if queues and queue not in queues:
+        return {
+            "queue": ValidationError(
+                f"Backend {task.backend!r} has no queue {queue!r} (it has: "
+                f"{', '.join(sorted(queues))}).",
+                code="unknown_queue",
+            )
+        }
+    if job.priority is not None:
+        try:
+            task.using(priority=job.priority)
+        except framework.invalid_task as exc:
+            return {
+                "priority": ValidationError(
+                    f"Backend {task.backend!r} refuses priority {job.priority}: {exc}",
+                    code="priority",
+                )
+            }
+    return {}
 
 
 def _json_size(value: object) -> int:
@@ -312,6 +350,9 @@ def definition_errors(job: Any, now: datetime) -> dict[str, list[ValidationError
     check("kwargs", clean_kwargs, job.kwargs)
     check("queue", clean_queue, job.queue)
     check("exclusions", clean_exclusions, job.exclusions)
+    if not {"task", "queue"} & errors.keys():
+        for field, problem in tasks_backend_errors(job).items():
+            errors.setdefault(field, []).append(problem)
     schedule = None
     if not {"cron", "timezone", "exclusions"} & errors.keys():
         schedule = job.schedule

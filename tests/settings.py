@@ -66,6 +66,31 @@ HAS_CELERY_BEAT = importlib.util.find_spec("django_celery_beat") is not None
 if HAS_CELERY_BEAT:
     INSTALLED_APPS.insert(-1, "django_celery_beat")
 
+# Django's tasks framework (Django 6's own, or the django-tasks backport on Django 5.2) with
+# django-tasks-db: jobs whose task is a django.tasks task run on a database backend's db_worker.
+HAS_DJANGO_TASKS = importlib.util.find_spec("django_tasks_db") is not None
+TASKS_PACKAGE = "django.tasks"
+try:
+    if importlib.util.find_spec("django.tasks") is None:
+        TASKS_PACKAGE = "django_tasks"
+except ImportError:
+    TASKS_PACKAGE = "django_tasks"
+if HAS_DJANGO_TASKS:
+    if TASKS_PACKAGE == "django_tasks":
+        INSTALLED_APPS.insert(-1, "django_tasks")
+    INSTALLED_APPS.insert(-1, "django_tasks_db")
+    TASKS = {
+        "default": {
+            "BACKEND": "django_tasks_db.backend.DatabaseBackend",
+            "QUEUES": ["default", "reports"],
+        },
+        # Runs the task inside enqueue(), in the enqueuing process: for in-process tests.
+        "immediate": {
+            "BACKEND": f"{TASKS_PACKAGE}.backends.immediate.ImmediateBackend",
+            "QUEUES": ["default", "reports"],
+        },
+    }
+
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -183,5 +208,9 @@ LOGGING = {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s [%(process)d] %(message)s"}
     },
     "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "loggers": {"django_cluster_cron": {"handlers": ["stderr"], "level": "INFO"}},
+    "loggers": {
+        "django_cluster_cron": {"handlers": ["stderr"], "level": "INFO"},
+        # db_worker's own lines ("Starting worker", a task's failure): the tests wait on them.
+        "django_tasks_db": {"handlers": ["stderr"], "level": "INFO"},
+    },
 }

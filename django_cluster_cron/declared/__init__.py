@@ -39,6 +39,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
+from ..djtasks_app import task_path
 from .declaration import (
     CODE_FIELDS,
     SETTINGS_ORIGIN,
@@ -85,15 +86,16 @@ def cron(
     """Declare a job that runs this task on ``schedule``: a cron expression of our dialect,
     ``@every <duration>`` or ``@at <date and time>`` (docs/reference/schedules.md).
 
-    Put it above ``@shared_task``/``@app.task`` (it reads the task's registered name), or above a
-    plain function that a task decorator turns into ``module.function``. ``name`` defaults to the
+    Put it above ``@shared_task``/``@app.task`` (it reads the task's registered name), above
+    ``django.tasks``' ``@task`` (it reads the task's import path), or above a plain function that
+    a task decorator turns into ``module.function``. ``name`` defaults to the
     task's name. Other keywords are job fields: ``max_retries``, ``queue``, ``catchup_policy``...
     A keyword that is no job field does not break the module's import: the job is left out and
     the system checks and ``sync_jobs`` say why.
     """
 
     def register(target: T) -> T:
-        task_name = getattr(target, "name", None) or _default_task_name(target)
+        task_name = task_path(target) or getattr(target, "name", None) or _default_task_name(target)
         origin = _origin(target)
         job_name = name or task_name
         declared: Declaration | Rejected

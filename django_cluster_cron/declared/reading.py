@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 from ..core.interval import format_duration
+from ..djtasks_app import task_path
 from .declaration import (
     CODE_FIELDS,
     SETTINGS_ORIGIN,
@@ -61,6 +62,9 @@ def entry_values(entry: Any) -> dict[str, Any]:
     if missing:
         raise DeclarationError("needs at least 'task' and 'schedule'", missing[0])
     entry["cron"] = schedule_text(entry.pop("schedule"))
+    path = task_path(entry["task"])
+    if path is not None:  # a django.tasks task given as itself: jobs name it by its path
+        entry["task"] = path
     options = entry.pop("options", None) or {}
     if not isinstance(options, Mapping):
         raise DeclarationError("'options' must be a dict", "options")

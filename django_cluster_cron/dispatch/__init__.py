@@ -2,8 +2,10 @@
 
 :mod:`.port` is the interface the rest of the app uses (publish, prepare, send prepared);
 :mod:`.send` the one publish-then-mark flow; each execution system is an adapter behind the
-port — today :mod:`.celery` (every run sent as its job's own Celery task to the job's queue).
-:func:`default_dispatcher` is the adapter the project's settings choose.
+port — :mod:`.celery` (every run sent as its job's own Celery task to the job's queue) and
+:mod:`.djtasks` (runs of ``django.tasks`` tasks, enqueued on their task's backend).
+:func:`default_dispatcher` routes each run to the adapter its job's task belongs to
+(:mod:`.route`).
 """
 
 from __future__ import annotations
@@ -25,10 +27,12 @@ __all__ = [
 
 
 def default_dispatcher() -> Dispatcher:
-    """The project's dispatcher: the Celery adapter on the project's Celery app."""
+    """The project's dispatcher: runs of ``django.tasks`` tasks through their backend, the
+    others through the project's Celery app (created only when a Celery task is sent)."""
     from .celery import CeleryDispatcher
+    from .route import RoutingDispatcher
 
-    return CeleryDispatcher()
+    return RoutingDispatcher(CeleryDispatcher)
 
 
 def bound_publish_waits() -> dict[str, object]:

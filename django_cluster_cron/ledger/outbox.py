@@ -52,6 +52,8 @@ class OutboxMessage:
     kwargs: dict[str, Any] = field(default_factory=dict)
     # The leader's dispatch span (W3C traceparent) when tracing is on (ops.tracing).
     trace: str = ""
+    # The job's name: what an execution system's own tools show to say whose run it is.
+    job_name: str = ""
 
     @property
     def due(self) -> datetime:
@@ -108,6 +110,7 @@ class OutboxMessage:
             task=job.task,
             args=tuple(job.args or ()),
             kwargs=dict(job.kwargs or {}),
+            job_name=job.name,
         )
 
 

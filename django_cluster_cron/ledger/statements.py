@@ -124,6 +124,7 @@ class _Statements:
                 f"{assign['started_at']} = {now}",
                 f"{assign['heartbeat_at']} = {now}",
                 f"{assign['worker']} = %s",
+                f"{assign['backend_result_id']} = %s",
                 f"{assign['finished_at']} = NULL",
                 f"{assign['duration']} = NULL",
                 f"{assign['retry_at']} = NULL",
@@ -153,9 +154,15 @@ class _Statements:
         self._fields = {f.name: f for f in _columns(JobRun)}
 
     def claim(
-        self, connection: BaseDatabaseWrapper, run_id: int, task_id: str, attempt: int, worker: str
+        self,
+        connection: BaseDatabaseWrapper,
+        run_id: int,
+        task_id: str,
+        attempt: int,
+        worker: str,
+        result_id: str = "",
     ) -> JobRun | None:
-        params: list[Any] = [str(RunStatus.RUNNING), worker, run_id, task_id, attempt]
+        params: list[Any] = [str(RunStatus.RUNNING), worker, result_id, run_id, task_id, attempt]
         params += [str(status) for status in CLAIMABLE]
         with _cursor(connection) as cursor:
             _execute(cursor, self.claim_sql, params)
@@ -281,11 +288,15 @@ def _for(using: str | None = None) -> tuple[BaseDatabaseWrapper, _Statements]:
     return connection, found
 
 
-def claim_run(run_id: int, task_id: str, attempt: int, worker: str) -> JobRun | None:
+def claim_run(
+    run_id: int, task_id: str, attempt: int, worker: str, result_id: str = ""
+) -> JobRun | None:
     """Take the run for this delivery if it is still claimable (one delivery can win): it is
-    ``running`` from the database's now, on ``worker``. Returns the run with its job, or None."""
+    ``running`` from the database's now, on ``worker``, ``result_id`` the execution backend's
+    id of this attempt's result (empty where it is the task id). Returns the run with its job,
+    or None."""
     connection, statements = _for()
-    return statements.claim(connection, run_id, task_id, attempt, worker)
+    return statements.claim(connection, run_id, task_id, attempt, worker, result_id)
 
 
 def seconds_until_due(run_id: int, task_id: str, attempt: int) -> float | None:

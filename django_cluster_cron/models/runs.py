@@ -119,6 +119,12 @@ class JobRun(models.Model):
         "may have lost it); the wait doubles with every copy.",
     )
     worker = models.CharField(max_length=255, blank=True, help_text="Worker hostname and pid.")
+    backend_result_id = models.CharField(
+        max_length=64,
+        blank=True,
+        help_text="The id its execution backend gave the attempt's result, where that is not the "
+        "task id: a django.tasks backend's TaskResult id (for get_result, or its admin).",
+    )
     reason = models.CharField(
         max_length=255, blank=True, help_text="Why the run was missed, skipped or cancelled."
     )

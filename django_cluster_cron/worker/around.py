@@ -39,7 +39,7 @@ from ..dispatch.celery.sender import headers_for
 from ..ledger.outbox import OutboxMessage
 from ..models import RunStatus
 from .claim import is_id, message_header
-from .execute import carry_out, take
+from .execute import carry_out, celery_delivery, take
 
 logger = logging.getLogger("django_cluster_cron.worker")
 
@@ -100,7 +100,7 @@ def run_delivered(task: Any, named: tuple[object, object], body: Callable[[], An
     _keep_headers_on_copies(request)
     token = _running.set(str(task_id))
     try:
-        outcome, status = carry_out(task, run, body)
+        outcome, status = carry_out(celery_delivery(task), run, body)
     finally:
         _running.reset(token)
     if outcome.kind == "success":

@@ -84,14 +84,14 @@ def is_id(value: object) -> bool:
 EARLY_WAIT_LIMIT = 5.0
 
 
-def claim(run_id: int, task_id: str, attempt: int) -> JobRun | None:
+def claim(run_id: int, task_id: str, attempt: int, result_id: str = "") -> JobRun | None:
     """Take the run for this delivery (one delivery can win); stamps are database time.
 
     The claim only takes a run that is due: a message early by up to ``EARLY_WAIT_LIMIT``
     waits for it; an earlier one is acknowledged without running (``run.early_message``).
     """
     for _ in range(3):
-        run = claim_run(run_id, task_id, attempt, worker_name())
+        run = claim_run(run_id, task_id, attempt, worker_name(), result_id)
         if run is not None:
             return run
         wait = seconds_until_due(run_id, task_id, attempt)

@@ -57,7 +57,7 @@ from .claim import (
     worker_name,
 )
 from .heartbeat import RunHeartbeat
-from .record import Outcome, RunTimer, record
+from .record import Delivery, Outcome, RunTimer, record
 
 logger = logging.getLogger("django_cluster_cron.worker")
 
@@ -115,14 +115,31 @@ def execute(task: Any, run_id: object, attempt: object) -> None:
             raise LookupError(f"task {job.task!r} is not registered on worker {worker_name()}")
         return body(*job.args, **job.kwargs)
 
-    carry_out(task, run, call)
+    carry_out(celery_delivery(task), run, call)
 
 
-def take(run_id: int, task_id: str, attempt: int) -> JobRun | None:
-    """Claim the run for this delivery; None (logged and counted) if another copy has it."""
+def celery_delivery(task: Any) -> Delivery:
+    """A run delivered by Celery as ``task``: its next attempt goes the same way (the same
+    message form: a worker that received the job's own task knows the leader found every worker
+    able to run that form), and billiard's terminate handler says when the process is ending."""
+    from ..dispatch.celery import EXECUTE_TASK, CeleryDispatcher
+
+    def dispatcher() -> CeleryDispatcher:
+        return CeleryDispatcher(task.app, own_task=task.name != EXECUTE_TASK)
+
+    return Delivery(
+        dispatcher=dispatcher,
+        traceparent=message_header(task.request, tracing.HEADER),
+        terminating=_terminate_signal_handled,
+    )
+
+
+def take(run_id: int, task_id: str, attempt: int, result_id: str = "") -> JobRun | None:
+    """Claim the run for this delivery; None (logged and counted) if another copy has it.
+    ``result_id``: the execution backend's own id of this attempt's result, kept on the run."""
     claiming = time.perf_counter()
     try:
-        run = with_fresh_connection(lambda: claim(run_id, task_id, attempt))
+        run = with_fresh_connection(lambda: claim(run_id, task_id, attempt, result_id))
     except EarlyMessage:
         return None
     if run is None:
@@ -134,16 +151,20 @@ def take(run_id: int, task_id: str, attempt: int) -> JobRun | None:
     return run
 
 
-def carry_out(task: Any, run: JobRun, call: Callable[[], Any]) -> tuple[Outcome, str | None]:
+def carry_out(
+    delivery: Delivery, run: JobRun, call: Callable[[], Any]
+) -> tuple[Outcome, str | None]:
     """Guard and run a claimed run's body (``call``), record how it ended; return the outcome
     and the status written (None if nothing was: the run was declared lost meanwhile)."""
-    with tracing.executing(run, message_header(task.request, tracing.HEADER)) as span:
-        outcome, status = _carry_out(task, run, call)
+    with tracing.executing(run, delivery.traceparent) as span:
+        outcome, status = _carry_out(delivery, run, call)
         span.ended(status, outcome.error, outcome.reason)
     return outcome, status
 
 
-def _carry_out(task: Any, run: JobRun, call: Callable[[], Any]) -> tuple[Outcome, str | None]:
+def _carry_out(
+    delivery: Delivery, run: JobRun, call: Callable[[], Any]
+) -> tuple[Outcome, str | None]:
     timer = RunTimer(run.started_at or timezone.now())
     try:
         outcome = _run_claimed(run, call)
@@ -152,21 +173,22 @@ def _carry_out(task: Any, run: JobRun, call: Callable[[], Any]) -> tuple[Outcome
         # lock): the run failed; it did not succeed.
         outcome = Outcome("failure", error=exc, trace=traceback.format_exc())
     except BaseException as exc:
-        if _terminate_signal_handled():
-            # A signal is ending this pool process (a revoke with terminate=True, a cold
-            # shutdown): the body did not finish and did not fail. Write nothing: the worker's
-            # main process records a terminating revoke as cancelled (on_revoked), and any
-            # other end is a lost run for the leader's heartbeat sweep (the job's
-            # on_worker_lost). Recording "failed" here would race the cancel and could win.
+        if delivery.terminating():
+            # A signal is ending this process (a Celery revoke with terminate=True, a cold
+            # shutdown, a db_worker forced to stop): the body did not finish and did not fail.
+            # Write nothing: Celery's main process records a terminating revoke as cancelled
+            # (on_revoked), and any other end is a lost run for the leader's heartbeat sweep
+            # (the job's on_worker_lost). Recording "failed" here would race the cancel and
+            # could win.
             logger.warning(
                 "run.interrupted run=%s attempt=%s: the process is terminating", run.pk, run.attempt
             )
             raise
         # The body itself raised SystemExit or KeyboardInterrupt: its run failed.
         outcome = Outcome("failure", error=exc, trace=traceback.format_exc())
-        record(task, run, timer, outcome)
+        record(delivery, run, timer, outcome)
         raise
-    return outcome, record(task, run, timer, outcome)
+    return outcome, record(delivery, run, timer, outcome)
 
 
 def _terminate_signal_handled() -> bool:

@@ -14,6 +14,7 @@ import dataclasses
 import functools
 import logging
 import time
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -22,8 +23,7 @@ from django.utils import timezone
 
 from .. import signals
 from ..core.retry import retry_delay
-from ..dispatch import send_runs
-from ..dispatch.celery import EXECUTE_TASK, CeleryDispatcher
+from ..dispatch import Dispatcher, send_runs
 from ..ledger import failures
 from ..ledger.outbox import OutboxMessage
 from ..ledger.statements import finish_run
@@ -57,6 +57,21 @@ class RunTimer:
         return self.started_at + self.elapsed()
 
 
+def _never() -> bool:
+    return False
+
+
+@dataclasses.dataclass(frozen=True)
+class Delivery:
+    """What the execution system that delivered a run gives its execution: the dispatcher that
+    sends the run's next attempt, the dispatch trace its message carried, and a check of whether
+    this process is being ended (a body interrupted by it neither finished nor failed)."""
+
+    dispatcher: Callable[[], Dispatcher]
+    traceparent: object = None
+    terminating: Callable[[], bool] = _never
+
+
 @dataclasses.dataclass
 class Outcome:
     """How a claimed run ended, decided before anything is written."""
@@ -68,26 +83,26 @@ class Outcome:
     reason: str = ""
 
 
-def record(task: Any, run: JobRun, timer: RunTimer, outcome: Outcome) -> str | None:
+def record(delivery: Delivery, run: JobRun, timer: RunTimer, outcome: Outcome) -> str | None:
     """Write the outcome (reconnecting once if the connection broke); the status written, or
     None if the run was no longer this attempt's to finish (declared lost meanwhile). A soft
     time limit that fires while this writes does not change what happened: the write is made
     again."""
-    record = functools.partial(_record_once, task, run, timer, outcome)
+    record = functools.partial(_record_once, delivery, run, timer, outcome)
     try:
         return with_fresh_connection(record)
     except SoftTimeLimitExceeded:
         return with_fresh_connection(record)
 
 
-def _record_once(task: Any, run: JobRun, timer: RunTimer, outcome: Outcome) -> str | None:
+def _record_once(delivery: Delivery, run: JobRun, timer: RunTimer, outcome: Outcome) -> str | None:
     if outcome.kind == "success":
         return _succeed(run, timer, outcome.result)
     if outcome.kind == "skipped":
         return _skip(run, timer, outcome.reason)
     if outcome.kind == "final":
         return _fail(run, timer, outcome)
-    return _after_failure(task, run, timer, outcome)
+    return _after_failure(delivery, run, timer, outcome)
 
 
 def _finish(run: JobRun, timer: RunTimer, **fields: Any) -> bool:
@@ -165,7 +180,9 @@ def _fail(run: JobRun, timer: RunTimer, outcome: Outcome) -> str | None:
     return RunStatus.FAILED
 
 
-def _after_failure(task: Any, run: JobRun, timer: RunTimer, outcome: Outcome) -> str | None:
+def _after_failure(
+    delivery: Delivery, run: JobRun, timer: RunTimer, outcome: Outcome
+) -> str | None:
     job = run.job
     if run.attempt > job.max_retries:
         return _fail(run, timer, outcome)
@@ -196,17 +213,16 @@ def _after_failure(task: Any, run: JobRun, timer: RunTimer, outcome: Outcome) ->
     )
     signals.send(signals.run_retrying, run, error=outcome.error, delay=delay)
     # The message's ETA is read by the worker that receives it, against its own clock.
-    _publish_retry(task, run, eta=timezone.now() + timedelta(seconds=delay), db_now=timer.now())
+    eta = timezone.now() + timedelta(seconds=delay)
+    _publish_retry(delivery, run, eta=eta, db_now=timer.now())
     return RunStatus.RETRYING
 
 
-def _publish_retry(task: Any, run: JobRun, *, eta: datetime, db_now: datetime) -> None:
+def _publish_retry(delivery: Delivery, run: JobRun, *, eta: datetime, db_now: datetime) -> None:
     # The re-publish deadline counts from the retry time in database time, like the leader's.
-    # The next attempt goes in the form this attempt came in: a worker that received the job's
-    # own task knows the leader found every worker able to run that form.
+    # The next attempt goes the way this attempt came (the delivery's dispatcher).
     message = OutboxMessage.for_run(run, eta=eta)
-    dispatcher = CeleryDispatcher(task.app, own_task=task.name != EXECUTE_TASK)
-    sent = send_runs(dispatcher, [message], now=db_now, not_before=run.retry_at)
+    sent = send_runs(delivery.dispatcher(), [message], now=db_now, not_before=run.retry_at)
     if sent.failure is not None:
         # The run stays 'retrying'; the leader's outbox sweep publishes it once overdue.
         logger.error("run.retry_publish_failed run=%s error=%s", run.pk, sent.failure)

@@ -147,17 +147,22 @@ def test_use_tz_false_is_e007(settings):
     assert ids() == ["cluster_cron.E007"]
 
 
-def test_no_configured_celery_app_is_w002(settings):
+@pytest.mark.parametrize("tasks", [False, True])
+def test_no_configured_celery_app_is_w002_unless_the_project_uses_django_tasks(settings, tasks):
     from celery import Celery, current_app
 
     previous = current_app._get_current_object()  # type: ignore[attr-defined]
     settings.CLUSTER_CRON = {k: v for k, v in settings.CLUSTER_CRON.items() if k != "CELERY_APP"}
+    if tasks:
+        settings.TASKS = {"default": {"BACKEND": "django_tasks_db.backend.DatabaseBackend"}}
+    else:
+        del settings.TASKS
     Celery(set_as_current=True)  # what celery.current_app is when no project app was imported
     try:
-        [message] = check_settings()
+        found = check_settings()
     finally:
         previous.set_current()
-    assert message.id == "cluster_cron.W002"
+    assert [message.id for message in found] == ([] if tasks else ["cluster_cron.W002"])
     assert check_settings() == []  # the project's app is current again
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from django.conf import settings as django_settings
 
 from django_cluster_cron.locks import SKIPPED, ClusterLock, cluster_lock
 from django_cluster_cron.models import JobDefinition, RunStatus
@@ -53,14 +54,9 @@ UTC = timezone.utc
 
 
 def nightly(**fields):
-    job = JobDefinition(
-        name=f"nightly-{len(fields)}",
-        cron="0 3 * * *",
-        timezone="UTC",
-        task="tests.record",
-        args=["nightly"],
-        **fields,
-    )
+    fields.setdefault("task", "tests.record")
+    fields.setdefault("args", ["nightly"])
+    job = JobDefinition(name=f"nightly-{len(fields)}", cron="0 3 * * *", timezone="UTC", **fields)
     job.full_clean()
     job.save()
     # As if it had been created the day before at noon.
@@ -105,3 +101,21 @@ def test_run_due_can_record_without_running(settings):
     [run] = run_due(datetime(2026, 11, 24, 3, 0, 1, tzinfo=UTC), execute=False)
     assert run.status == RunStatus.QUEUED
     assert ledger(job, status=RunStatus.SUCCESS) == []
+
+
+@pytest.mark.django_db
+@pytest.mark.skipif(not django_settings.HAS_DJANGO_TASKS, reason="django-tasks-db is not installed")
+def test_run_due_runs_a_django_tasks_task_here_inside_the_tests_transaction(settings):
+    from tests.testapp.models import Execution
+
+    settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "LEASE_BACKEND": "memory"}
+    job = nightly(task="tests.testapp.dtasks.whoami", args=[])
+    [run] = run_due(datetime(2026, 11, 24, 3, 0, 1, tzinfo=UTC))
+    assert run.status == RunStatus.SUCCESS
+    assert run.result == repr([run.pk, 1, run.task_id])
+    assert run.backend_result_id
+    job.task, job.args = "tests.testapp.dtasks.record", ["nightly"]
+    job.save()
+    [run] = run_due(datetime(2026, 11, 25, 3, 0, 1, tzinfo=UTC))
+    assert run.status == RunStatus.SUCCESS
+    assert Execution.objects.filter(label="nightly").count() == 1

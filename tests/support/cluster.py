@@ -1,5 +1,5 @@
 """Real processes for the multi-process tests (tests/cluster, and the browser session):
-`run_scheduler` nodes and Celery workers.
+`run_scheduler` nodes, Celery workers and django-tasks-db's ``db_worker``.
 
 Every process gets the test database and the suite's Redis through ``django_subprocess_env``,
 its own key prefix, the lease backend of the test (``lease_kind``: Redis unless a test
@@ -183,6 +183,30 @@ class Cluster:
             *extra.pop("args", []),
         ]
         return self._spawn(name, command, extra)
+
+    def db_worker(self, name: str, **extra: Any) -> subprocess.Popen[bytes]:
+        """A django-tasks-db ``db_worker`` of the test project, on every queue, polling every
+        0.1 s; ``args=[...]`` adds command-line options, other keywords become environment
+        variables. Ready once :meth:`wait_db_worker` returns."""
+        command = [
+            sys.executable,
+            "-m",
+            "django",
+            "db_worker",
+            "--queue-name",
+            "*",
+            "--interval",
+            "0.1",
+            "--no-startup-delay",
+            "--no-reload",
+            "--worker-id",
+            name,
+            *extra.pop("args", []),
+        ]
+        return self._spawn(name, command, extra)
+
+    def wait_db_worker(self, name: str, timeout: float = 60) -> None:
+        wait_for(lambda: "Starting worker" in self.log(name), timeout, f"db_worker {name} to start")
 
     def wait_ready(self, name: str, timeout: float = 60) -> None:
         wait_for(lambda: "ready." in self.log(name), timeout, f"worker {name} to start")

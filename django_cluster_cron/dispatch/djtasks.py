@@ -1,0 +1,220 @@
+"""The django.tasks adapter of the dispatch port: runs enqueued on their task's own backend.
+
+A job whose task is a ``django.tasks`` task (the import path of a function decorated with
+``@task``, Django 6's or the ``django-tasks`` backport's) has each run enqueued as this app's
+wrapper task, ``django_cluster_cron.djtasks.run_scheduled_job``, on the backend of the job's task,
+in the job's queue (else the task's) with the job's priority (else the task's). The wrapper's
+keyword arguments name the run (``run``, ``attempt``, ``task_id``) and, for the backend's own
+tools, the job, its task and the slot; the job's arguments stay in the ledger (the worker reads
+them from the job's row, as for every run), so secrets the admin masks are not copied to the
+backend's result store. On the worker the wrapper claims the run before it calls the job's task
+(:mod:`django_cluster_cron.djtasks`).
+
+The run's row is committed before its task is enqueued and marked ``queued`` after, as with
+Celery: a task is never enqueued for a run that does not exist, and one whose enqueue is
+uncertain is sent again by the leader's outbox, its extra copy dropped by the worker's claim.
+
+Deferral: on a backend that supports ``run_after`` (django-tasks-db, django-tasks-rq), runs
+recorded ahead of their instant are enqueued when they are recorded, with ``run_after`` at their
+due time, so at the instant there is nothing left to send; a retry's next attempt goes with
+``run_after`` at its retry time. A backend without it gets runs at their instant, and a retry
+is left ``retrying`` for the leader's outbox to send once it is due.
+
+A task that cannot be enqueued at all (its path no longer names a ``django.tasks`` task, or its
+backend refuses it: an unknown queue, a priority it does not support) fails its run with the
+reason, instead of holding up the others; an error of the backend itself (its database or Redis
+unreachable) is a failed publish, tried again by the outbox.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.utils import timezone
+from django.utils.module_loading import import_string
+
+from ..djtasks_app import Framework, framework_of, resolve_task
+from ..ledger.outbox import OutboxMessage
+from ..ledger.transitions import record_unrunnable
+from .port import PublishFailed, SendFailed
+
+__all__ = ["WRAPPERS", "TasksDispatcher", "TasksGroup", "Unsendable"]
+
+logger = logging.getLogger("django_cluster_cron.scheduler")
+
+# The wrapper task each framework's backends run (one module holds both).
+WRAPPERS = {
+    "django.tasks": "django_cluster_cron.djtasks.run_scheduled_job",
+    "django_tasks": "django_cluster_cron.djtasks.run_scheduled_job_backport",
+}
+
+
+class Unsendable(Exception):
+    """This run's task cannot be enqueued, whatever the backend's health (see the module)."""
+
+
+@dataclass
+class TasksGroup:
+    """Runs due at one instant (:class:`~django_cluster_cron.dispatch.port.Prepared`); with
+    ``enqueued`` they are on their backend already, deferred to ``due``."""
+
+    due: datetime
+    messages: list[OutboxMessage]
+    enqueued: bool = False
+    _run_ids: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._run_ids = [m.run_id for m in self.messages]
+        self._job_ids = [m.job_id for m in self.messages]
+        self._slots = [m.scheduled_for for m in self.messages]
+        self._task_ids = [m.task_id for m in self.messages]
+
+    def __len__(self) -> int:
+        return len(self._run_ids)
+
+    @property
+    def run_ids(self) -> Sequence[int]:
+        return self._run_ids
+
+    @property
+    def job_ids(self) -> Sequence[int]:
+        return self._job_ids
+
+    def slot(self, index: int) -> datetime:
+        return self._slots[index]
+
+    def task_id(self, index: int) -> str:
+        return self._task_ids[index]
+
+    def unpack(self) -> None:
+        return None
+
+    def drop_payloads(self) -> None:
+        self.messages = []
+
+
+def wrapper_kwargs(message: OutboxMessage) -> dict[str, Any]:
+    """The wrapper task's keyword arguments for ``message``: the run, and what the backend's own
+    tools show of it."""
+    kwargs: dict[str, Any] = {
+        "run": message.run_id,
+        "attempt": message.attempt,
+        "task_id": message.task_id,
+        "job": message.job_name,
+        "task": message.task,
+        "slot": message.scheduled_for.isoformat(),
+    }
+    if message.expires is not None:
+        kwargs["expires"] = message.expires.isoformat()
+    if message.trace:
+        kwargs["trace"] = message.trace
+    return kwargs
+
+
+class TasksDispatcher:
+    """Runs of ``django.tasks`` tasks, enqueued on their task's backend (see the module)."""
+
+    def reach(self) -> None:
+        """Nothing to reach beforehand: a backend says it is down when it enqueues."""
+
+    def _target(self, message: OutboxMessage) -> tuple[Any, Framework, Any]:
+        """The job's task, its framework and its backend; :class:`Unsendable` if there is none."""
+        task = resolve_task(message.task)
+        framework = framework_of(task) if task is not None else None
+        if task is None or framework is None:
+            raise Unsendable(f"{message.task!r} does not name a django.tasks task")
+        try:
+            backend = framework.backend(task.backend)
+        except framework.invalid_backend as exc:
+            raise Unsendable(f"task {message.task!r}: {exc}") from exc
+        return task, framework, backend
+
+    def _enqueue(self, message: OutboxMessage, run_after: datetime | None) -> str:
+        """Enqueue the wrapper for ``message``; the backend's result id."""
+        task, framework, _backend = self._target(message)
+        wrapper = import_string(WRAPPERS[framework.package])
+        try:
+            bound = wrapper.using(
+                backend=task.backend,
+                queue_name=message.queue or task.queue_name,
+                priority=task.priority if message.priority is None else message.priority,
+                run_after=run_after,
+            )
+        except framework.invalid_task as exc:
+            refused = f"backend {task.backend!r} refuses task {message.task!r}: {exc}"
+            raise Unsendable(refused) from exc
+        return str(bound.enqueue(**wrapper_kwargs(message)).id)
+
+    def _fail(self, message: OutboxMessage, exc: Unsendable) -> None:
+        logger.error("run.unsendable run=%s task=%s error=%s", message.run_id, message.task, exc)
+        record_unrunnable(message.run_id, message.task_id, message.attempt, str(exc))
+
+    def _defers(self, message: OutboxMessage) -> bool:
+        return bool(getattr(self._target(message)[2], "supports_defer", False))
+
+    def publish(self, messages: Sequence[OutboxMessage]) -> list[str]:
+        """Enqueue in order; return the task ids of the runs enqueued. A retry due later on a
+        backend that cannot defer is not enqueued now (the outbox sends it once due); a run
+        whose task cannot be enqueued fails. Raises :class:`PublishFailed` when a backend does."""
+        published: list[str] = []
+        now = timezone.now()
+        for message in messages:
+            try:
+                later = message.eta is not None and message.eta > now
+                if later and not self._defers(message):
+                    continue
+                self._enqueue(message, message.eta if later else None)
+            except Unsendable as exc:
+                self._fail(message, exc)
+                continue
+            except Exception as exc:  # the backend's own failure: its database, Redis, ...
+                raise PublishFailed(published, exc) from exc
+            published.append(message.task_id)
+        return published
+
+    def prepare(self, messages: Sequence[OutboxMessage]) -> list[TasksGroup]:
+        """Runs recorded ahead, grouped by due time. Those whose backend supports ``run_after``
+        are enqueued now, deferred to their due time; the others wait for their instant. A
+        backend that fails here leaves the rest of the group for the instant."""
+        by_due: dict[tuple[datetime, bool], list[OutboxMessage]] = {}
+        for message in messages:
+            try:
+                deferred = self._defers(message)
+            except Unsendable:
+                deferred = False  # failed at its instant, with the reason
+            if deferred:
+                try:
+                    self._enqueue(message, message.due)
+                except Exception as exc:
+                    logger.warning("run.defer_failed run=%s error=%s", message.run_id, exc)
+                    deferred = False
+            by_due.setdefault((message.due, deferred), []).append(message)
+        groups = [
+            TasksGroup(due=due, messages=found, enqueued=deferred)
+            for (due, deferred), found in by_due.items()
+        ]
+        return sorted(groups, key=lambda group: group.due)
+
+    def send_prepared(self, groups: Sequence[Any], keep: set[int]) -> list[int]:
+        """At their instant: the kept runs of deferred groups are on their backend already;
+        the others are enqueued now. Returns the runs sent; :class:`SendFailed` when a backend
+        fails."""
+        sent: list[int] = []
+        for group in groups:
+            assert isinstance(group, TasksGroup)  # this adapter's own, from prepare()
+            if group.enqueued:
+                sent += [run_id for run_id in group.run_ids if run_id in keep]
+                continue
+            ordinary = [m for m in group.messages if m.run_id in keep]
+            by_task = {m.task_id: m.run_id for m in ordinary}
+            try:
+                published = self.publish(ordinary)
+            except PublishFailed as exc:
+                sent += [by_task[task_id] for task_id in exc.published]
+                raise SendFailed(sent, exc.cause) from exc
+            sent += [by_task[task_id] for task_id in published]
+        return sent

@@ -1,0 +1,95 @@
+"""Which adapter sends a run: the job's task decides.
+
+A job's task that names a ``django.tasks`` task goes through :mod:`.djtasks`; any other name is a
+Celery task's and goes through :mod:`.celery`. The router looks at each task name once per
+process (a deploy that changes what a name is restarts the schedulers) and creates the Celery
+adapter only when a Celery task is sent, so a project without Celery never reaches for a broker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+from ..djtasks_app import resolve_task
+from ..ledger.outbox import OutboxMessage
+from .djtasks import TasksDispatcher, TasksGroup
+from .port import Dispatcher, Prepared, PublishFailed, SendFailed
+
+CELERY = "celery"
+DJANGO_TASKS = "django.tasks"
+
+
+class RoutingDispatcher:
+    """The dispatch port over both adapters (see the module)."""
+
+    def __init__(
+        self,
+        celery: Callable[[], Dispatcher],
+        tasks: TasksDispatcher | None = None,
+    ) -> None:
+        self._make_celery = celery
+        self._celery: Dispatcher | None = None
+        self.tasks = tasks or TasksDispatcher()
+        self._kinds: dict[str, str] = {}
+
+    @property
+    def celery(self) -> Dispatcher:
+        if self._celery is None:
+            self._celery = self._make_celery()
+        return self._celery
+
+    def kind(self, task: str) -> str:
+        found = self._kinds.get(task)
+        if found is None:
+            found = DJANGO_TASKS if resolve_task(task) is not None else CELERY
+            self._kinds[task] = found
+        return found
+
+    def _adapter(self, kind: str) -> Any:
+        return self.tasks if kind == DJANGO_TASKS else self.celery
+
+    def _split(self, messages: Sequence[OutboxMessage]) -> dict[str, list[OutboxMessage]]:
+        parts: dict[str, list[OutboxMessage]] = {}
+        for message in messages:
+            parts.setdefault(self.kind(message.task), []).append(message)
+        return parts
+
+    def reach(self) -> None:
+        """Reach the broker, if Celery has been used (its failure is what this is asked after)."""
+        if self._celery is not None:
+            reach = getattr(self._celery, "reach", None)
+            if reach is not None:
+                reach()
+
+    def publish(self, messages: Sequence[OutboxMessage]) -> list[str]:
+        """Each adapter's messages in their order; a failure of one stops the rest of the batch
+        (:class:`PublishFailed` with everything published before)."""
+        published: list[str] = []
+        for kind, part in self._split(messages).items():
+            try:
+                published += self._adapter(kind).publish(part)
+            except PublishFailed as exc:
+                raise PublishFailed(published + exc.published, exc.cause) from exc
+        return published
+
+    def prepare(self, messages: Sequence[OutboxMessage]) -> list[Prepared]:
+        groups: list[Prepared] = []
+        for kind, part in self._split(messages).items():
+            groups += self._adapter(kind).prepare(part)
+        due: Callable[[Prepared], datetime] = lambda group: group.due  # noqa: E731
+        return sorted(groups, key=due)
+
+    def send_prepared(self, groups: Sequence[Prepared], keep: set[int]) -> list[int]:
+        ours = [g for g in groups if isinstance(g, TasksGroup)]
+        theirs = [g for g in groups if not isinstance(g, TasksGroup)]
+        sent: list[int] = []
+        for adapter, part in ((self.celery, theirs), (self.tasks, ours)):
+            if not part:
+                continue
+            try:
+                sent += adapter.send_prepared(part, keep)
+            except SendFailed as exc:
+                raise SendFailed(sent + exc.sent, exc.cause) from exc
+        return sent

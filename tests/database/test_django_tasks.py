@@ -1,0 +1,228 @@
+"""Runs of ``django.tasks`` tasks, in process: enqueued by the django.tasks adapter on the
+suite's django-tasks-db backend and run by that backend's own worker (``db_worker``'s
+``Worker``, here in this process), or by the immediate backend inside the enqueue.
+
+What the ledger says and what the backend says must agree, run for run. Worker processes, the
+scheduler and a killed worker: tests/cluster/test_django_tasks_processes.py.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.utils import timezone
+
+from django_cluster_cron.dispatch.djtasks import TasksDispatcher
+from django_cluster_cron.djtasks import NOT_RUN
+from django_cluster_cron.ledger.outbox import OutboxMessage
+from django_cluster_cron.models import JobRun, RunStatus
+from django_cluster_cron.worker.claim import duplicate_deliveries
+from tests.support.jobs import make_job, make_run
+from tests.support.waiting import wait_for
+from tests.testapp.models import Execution
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(not settings.HAS_DJANGO_TASKS, reason="django-tasks-db is not installed"),
+]
+
+
+def drain(backend: str = "default") -> None:
+    """Run every task ready on the database backend, as ``db_worker --batch`` does."""
+    from django_tasks_db.management.commands.db_worker import Worker
+
+    Worker(
+        queue_names=["*"],
+        interval=0,
+        batch=True,
+        backend_name=backend,
+        startup_delay=False,
+        max_tasks=None,
+        worker_id="test-worker",
+        excluded_queue_names=[],
+    ).run()
+
+
+def results():
+    from django_tasks_db.models import DBTaskResult
+
+    return list(DBTaskResult.objects.order_by("enqueued_at"))
+
+
+def send(run, **changes):
+    message = OutboxMessage.for_run(run)
+    for name, value in changes.items():
+        object.__setattr__(message, name, value)
+    return TasksDispatcher().publish([message])
+
+
+def test_a_run_is_enqueued_on_its_tasks_backend_and_runs_once():
+    job = make_job(task="tests.testapp.dtasks.record", args=["one"])
+    run = make_run(job)
+    assert send(run) == [run.task_id]
+    [enqueued] = results()
+    assert enqueued.task_path == "django_cluster_cron.djtasks.run_scheduled_job_backport" or (
+        enqueued.task_path == "django_cluster_cron.djtasks.run_scheduled_job"
+    )
+    shown = enqueued.args_kwargs["kwargs"]
+    assert shown["job"] == job.name
+    assert shown["task"] == "tests.testapp.dtasks.record"
+    assert (shown["run"], shown["attempt"], shown["task_id"]) == (run.pk, 1, run.task_id)
+    drain()
+    run.refresh_from_db()
+    [done] = results()
+    assert run.status == RunStatus.SUCCESS
+    assert done.status == "SUCCESSFUL"
+    assert run.backend_result_id == str(done.id)
+    witness = Execution.objects.get(label="one")
+    assert done.return_value == witness.pk
+    assert run.result == repr(witness.pk)
+
+
+def test_a_second_delivery_of_a_run_runs_nothing_and_says_so():
+    job = make_job(task="tests.testapp.dtasks.record", args=["twice"])
+    run = make_run(job)
+    before = duplicate_deliveries()
+    send(run)
+    send(run)  # the outbox sent it again, or the backend delivers it twice
+    drain()
+    assert Execution.objects.filter(label="twice").count() == 1
+    first, second = results()
+    assert (first.status, second.status) == ("SUCCESSFUL", "SUCCESSFUL")
+    assert NOT_RUN in second.return_value
+    assert "another delivery" in second.return_value[NOT_RUN]
+    assert duplicate_deliveries() == before + 1
+    run.refresh_from_db()
+    assert (run.status, run.backend_result_id) == (RunStatus.SUCCESS, str(first.id))
+
+
+def test_a_failure_is_retried_through_the_backend_with_run_after_and_shown_failed_there():
+    job = make_job(
+        task="tests.testapp.dtasks.flaky", args=["flaky", 1], max_retries=2, retry_backoff=0.5
+    )
+    run = make_run(job)
+    send(run)
+    drain()
+    run.refresh_from_db()
+    assert (run.status, run.attempt) == (RunStatus.RETRYING, 2)
+    assert "failing on purpose" in run.error
+    [failed, retry] = results()
+    assert failed.status == "FAILED"
+    assert failed.exception_class_path == "builtins.RuntimeError"
+    assert retry.status == "READY"
+    assert retry.run_after is not None
+    assert retry.run_after > failed.finished_at
+    assert retry.args_kwargs["kwargs"]["attempt"] == 2
+
+    def retried() -> bool:
+        drain()
+        run.refresh_from_db()
+        return bool(run.status == RunStatus.SUCCESS)
+
+    wait_for(retried, 30, "the retry to run once its run_after passed")
+    assert run.backend_result_id == str(results()[1].id)
+    assert Execution.objects.filter(label="flaky").count() == 2
+
+
+def test_a_final_failure_is_failed_in_both_with_the_tasks_own_error():
+    job = make_job(task="tests.testapp.dtasks.flaky", args=["final", 5])
+    run = make_run(job)
+    send(run)
+    drain()
+    run.refresh_from_db()
+    [failed] = results()
+    assert run.status == RunStatus.FAILED
+    assert run.error == "RuntimeError: final: failing on purpose"
+    assert failed.status == "FAILED"
+    assert "final: failing on purpose" in failed.traceback
+
+
+def test_the_task_sees_its_run_and_a_task_that_takes_context_gets_the_wrappers():
+    run = make_run(make_job(task="tests.testapp.dtasks.whoami"))
+    send(run)
+    drain()
+    [seen] = results()
+    assert seen.return_value == [run.pk, 1, run.task_id]
+
+    other = make_run(make_job(task="tests.testapp.dtasks.with_context", args=["ctx"]))
+    send(other)
+    drain()
+    other.refresh_from_db()
+    assert other.status == RunStatus.SUCCESS
+    assert other.result == repr(f"ctx:{other.backend_result_id}")
+
+
+def test_a_return_value_the_backend_cannot_store_is_kept_as_its_repr():
+    run = make_run(make_job(task="tests.testapp.dtasks.unjsonable"))
+    send(run)
+    drain()
+    run.refresh_from_db()
+    [done] = results()
+    assert (run.status, done.status) == (RunStatus.SUCCESS, "SUCCESSFUL")
+    assert done.return_value == "{1, 2}"
+
+
+def test_an_expired_message_is_recorded_missed_and_runs_nothing():
+    run = make_run(make_job(task="tests.testapp.dtasks.record", args=["late"], expires=1))
+    send(run, expires=timezone.now() - timedelta(seconds=1))
+    drain()
+    run.refresh_from_db()
+    assert run.status == RunStatus.MISSED
+    assert not Execution.objects.filter(label="late").exists()
+    assert NOT_RUN in results()[0].return_value
+
+
+def test_a_task_that_cannot_be_enqueued_fails_its_run_and_not_the_batch():
+    good = make_run(make_job(task="tests.testapp.dtasks.record", args=["good"]))
+    bad_job = make_job(task="tests.testapp.dtasks.record", args=["bad"])
+    # A queue the backend does not have (a raw edit, or the backend's QUEUES changed since).
+    type(bad_job).all_objects.filter(pk=bad_job.pk).update(queue="nowhere")
+    bad = make_run(type(bad_job).all_objects.get(pk=bad_job.pk))
+    messages = [OutboxMessage.for_run(JobRun.objects.get(pk=r.pk)) for r in (bad, good)]
+    assert TasksDispatcher().publish(messages) == [good.task_id]
+    bad.refresh_from_db()
+    assert bad.status == RunStatus.FAILED
+    assert "nowhere" in bad.error
+    drain()
+    assert Execution.objects.filter(label="good").count() == 1
+
+
+def test_the_immediate_backend_runs_the_run_inside_the_enqueue():
+    run = make_run(make_job(task="tests.testapp.dtasks.record_at_once", args=["now"]))
+    assert send(run) == [run.task_id]
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCESS
+    assert run.backend_result_id
+    assert Execution.objects.filter(label="now").count() == 1
+    assert results() == []  # nothing went through the database backend
+
+
+class TestValidation:
+    def test_a_django_tasks_task_is_a_jobs_task(self):
+        make_job(task="tests.testapp.dtasks.record", args=["x"])
+
+    def test_what_is_not_a_task_is_refused_with_both_kinds_named(self):
+        with pytest.raises(ValidationError) as caught:
+            make_job(task="tests.testapp.dtasks.task")
+        assert "nor the path of a django.tasks task" in str(caught.value)
+
+    def test_a_queue_the_backend_does_not_have_is_refused(self):
+        with pytest.raises(ValidationError) as caught:
+            make_job(task="tests.testapp.dtasks.record", queue="nowhere")
+        assert caught.value.message_dict["queue"] == [
+            "Backend 'default' has no queue 'nowhere' (it has: default, reports)."
+        ]
+
+    def test_a_priority_the_backend_refuses_is_refused(self):
+        with pytest.raises(ValidationError) as caught:
+            make_job(task="tests.testapp.dtasks.record", priority=200)
+        assert "priority" in caught.value.message_dict
+        assert "200" in caught.value.message_dict["priority"][0]
+
+    def test_the_tasks_own_queue_is_used_when_the_job_has_none(self):
+        run = make_run(make_job(task="tests.testapp.dtasks.in_reports", args=["r"]))
+        send(run)
+        assert results()[0].queue_name == "reports"
