@@ -5,6 +5,8 @@
 #                                   #   r stop/start Redis, q quit (Ctrl-C works too)
 #   bash scripts/demo.sh --script   # plays the failover story unattended, exits 0 or 1 (CI)
 #   LEASE=database bash scripts/demo.sh   # the same on the database lease (Redis: broker only)
+#   TASKS=django bash scripts/demo.sh     # Django's own tasks on django-tasks-db's db_worker and
+#                                   #   the database lease: the database is the only server
 #
 # It bootstraps .venv, migrates the example project, creates the demo jobs and an admin/admin
 # superuser (manage.py demo_setup), then hands over to `manage.py demo_live`, which starts a
@@ -17,6 +19,8 @@
 # Environment:
 #   LEASE                redis (default) or database: where the leader lease and the locks live
 #                        (make demo LEASE=database); with database, Redis is only the broker
+#   TASKS                celery (default) or django: the jobs' tasks are django.tasks tasks, run by
+#                        two db_worker processes (make demo TASKS=django); no Redis, no broker
 #   DATABASE_URL         use this database instead of example_project/db.sqlite3, e.g.
 #                        postgres://postgres@127.0.0.1:5432/cron_demo (it must exist)
 #   REDIS_URL            use this Redis (lease, change channel, default broker) instead of a
@@ -68,16 +72,37 @@ free_port() { "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1",
 
 # --- 2. the lease, and Redis: the one given, or a throwaway one demo_live starts and owns ------
 
+TASKS="${TASKS:-celery}"
+case "$TASKS" in
+    celery) ;;
+    django)
+        log "tasks: Django's own (django.tasks) on django-tasks-db's db_worker; the database lease;" \
+            "no Redis, no broker"
+        LEASE=database
+        ;;
+    *) die "TASKS=$TASKS: use celery or django" ;;
+esac
+export DEMO_TASKS="$TASKS"
+
 LEASE="${LEASE:-redis}"
 case "$LEASE" in
     redis) log "lease: Redis (the leader lease, locks and change signal live in Redis)" ;;
-    database) log "lease: the database (the leader lease and locks are rows; Redis is only the broker)" ;;
+    database)
+        if [ "$TASKS" = "django" ]; then
+            log "lease: the database (the leader lease and locks are rows)"
+        else
+            log "lease: the database (the leader lease and locks are rows; Redis is only the broker)"
+        fi
+        ;;
     *) die "LEASE=$LEASE: use redis or database" ;;
 esac
 export LEASE_BACKEND="$LEASE"
 
 LIVE_ARGS=()
-if [ -n "${REDIS_URL:-}" ]; then
+if [ "$TASKS" = "django" ]; then
+    unset REDIS_URL CELERY_BROKER_URL
+    LIVE_ARGS+=(--tasks django)
+elif [ -n "${REDIS_URL:-}" ]; then
     "$PY" - "$REDIS_URL" <<'PYEOF' >/dev/null 2>&1 || die "REDIS_URL=$(redact "$REDIS_URL") does not answer PING"
 import sys
 
@@ -95,7 +120,7 @@ else
     LIVE_ARGS+=(--own-redis-port "$redis_port")
     log "the demo starts its own Redis at $REDIS_URL (gone when the demo stops)"
 fi
-export REDIS_URL
+[ "$TASKS" = "django" ] || export REDIS_URL
 
 DEMO_PORT="${DEMO_PORT:-8000}"
 if port_taken "$DEMO_PORT"; then
@@ -116,14 +141,18 @@ log "database: $(redact "${DATABASE_URL:-sqlite:///example_project/db.sqlite3}")
 
 # --- 4. the cluster, live ----------------------------------------------------------------------
 
-# The worker serves Prometheus metrics (its two pool processes added up) on a free port.
-metrics_port="$(free_port)"
-if [ -z "${CLUSTER_CRON_JSON:-}" ]; then
-    export CLUSTER_CRON_JSON="{\"WORKER_METRICS_PORT\": $metrics_port}"
+log_urls="admin http://127.0.0.1:$DEMO_PORT/admin/ ($DEMO_USER / $DEMO_PASSWORD), REST API http://127.0.0.1:$DEMO_PORT/cron/api/docs/ (after the admin login), health http://127.0.0.1:$DEMO_PORT/cron/health/"
+if [ "$TASKS" = "celery" ]; then
+    # The Celery worker serves Prometheus metrics (its two pool processes added up) on a free port.
+    metrics_port="$(free_port)"
+    if [ -z "${CLUSTER_CRON_JSON:-}" ]; then
+        export CLUSTER_CRON_JSON="{\"WORKER_METRICS_PORT\": $metrics_port}"
+    fi
+    log_urls="$log_urls, worker metrics http://127.0.0.1:$metrics_port/metrics"
+else
+    log_urls="$log_urls, the db_workers' results: admin > Django Tasks DB > DB task results"
 fi
-log "look here: admin http://127.0.0.1:$DEMO_PORT/admin/ ($DEMO_USER / $DEMO_PASSWORD)," \
-    "REST API http://127.0.0.1:$DEMO_PORT/cron/api/docs/ (after the admin login), health http://127.0.0.1:$DEMO_PORT/cron/health/," \
-    "worker metrics http://127.0.0.1:$metrics_port/metrics"
+log "look here: $log_urls"
 
 # exec: demo_live owns every process from here on and stops them all on q, Ctrl-C or SIGTERM.
 exec "$PY" manage.py demo_live --port "$DEMO_PORT" --login "$DEMO_USER / $DEMO_PASSWORD" \

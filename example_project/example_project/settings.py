@@ -189,6 +189,23 @@ if LEASE_BACKEND == "database":
         "CELERY_APP": "example_project.celery:app",
         "TASK_ALLOWLIST": ["demo.*"],
     }
+# --- Django's own tasks instead of Celery: DEMO_TASKS=django (`make demo TASKS=django`) -----------
+# The jobs' tasks are django.tasks tasks (demo/djtasks.py), run by django-tasks-db's db_worker;
+# with the database lease, the database is the only server: no Redis, no broker.
+DEMO_TASKS = os.environ.get("DEMO_TASKS", "celery")
+if DEMO_TASKS == "django":
+    import importlib.util
+
+    try:
+        django_has_tasks = importlib.util.find_spec("django.tasks") is not None
+    except ImportError:
+        django_has_tasks = False
+    if not django_has_tasks:  # Django 5.2: the django-tasks backport
+        INSTALLED_APPS.insert(-1, "django_tasks")
+    INSTALLED_APPS.insert(-1, "django_tasks_db")
+    TASKS = {"default": {"BACKEND": "django_tasks_db.backend.DatabaseBackend"}}
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    CLUSTER_CRON = {"LEASE_BACKEND": "database", "TASK_ALLOWLIST": ["demo.*"]}
 # Extra app settings as JSON, e.g. CLUSTER_CRON_JSON='{"LEASE_TTL": 2}' (the chaos suite uses it).
 CLUSTER_CRON.update(json.loads(os.environ.get("CLUSTER_CRON_JSON") or "{}"))
 

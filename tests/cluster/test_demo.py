@@ -1,6 +1,7 @@
 """The terminal demo end to end: `scripts/demo.sh --script` plays the scripted story as CI does
 — a throwaway Redis, a SQLite file of its own, a worker, schedulers that get SIGKILLed and
-SIGTERMed, a Redis outage — and then no process it started is left (each carries a marker in its
+SIGTERMed, a Redis outage; or, with TASKS=django, three schedulers and two db_workers on the
+database alone — and then no process it started is left (each carries a marker in its
 environment).
 
 Its narration and screen are tests/database/test_demo_screen.py.
@@ -41,12 +42,12 @@ def _processes_with(marker: str) -> list[str]:
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="checks for orphans through /proc")
 @pytest.mark.parametrize(
-    ("lease", "args"),
-    [("redis", []), ("database", ["--script"])],
-    ids=["redis-piped", "database-script"],
+    ("lease", "tasks", "args"),
+    [("redis", "celery", []), ("database", "celery", ["--script"]), ("", "django", ["--script"])],
+    ids=["redis-piped", "database-script", "django-tasks-script"],
 )
 def test_scripted_story_plays_to_the_end_and_leaves_no_process(
-    tmp_path: Path, lease: str, args: list[str]
+    tmp_path: Path, lease: str, tasks: str, args: list[str]
 ) -> None:
     """Asked for (--script), or because the output is a pipe: the first says why."""
     marker = f"DEMO_TEST_MARKER={uuid.uuid4().hex}"
@@ -60,7 +61,8 @@ def test_scripted_story_plays_to_the_end_and_leaves_no_process(
         DATABASE_URL=f"sqlite:///{tmp_path / 'demo.sqlite3'}",
         DEMO_PORT=str(_free_port()),
         DEMO_TEST_MARKER=marker.split("=", 1)[1],
-        LEASE=lease,
+        LEASE=lease or "redis",
+        TASKS=tasks,
         # The demo keeps its logs (and its Redis its directory) under the temporary directory:
         # the test's own, so nothing is left in /tmp.
         TMPDIR=str(tmp_path),
@@ -84,7 +86,18 @@ def test_scripted_story_plays_to_the_end_and_leaves_no_process(
     assert result.stdout.count("takeover by demo-") == 2, output
     assert "after the SIGKILL" in result.stdout
     assert "after the SIGTERM" in result.stdout
-    if lease == "redis":
+    if tasks == "django":
+        # The database is the only server: no Redis started, no Celery worker, two db_workers.
+        assert "ran once on a db_worker, across both failovers" in result.stdout, output
+        assert "the demo starts its own Redis" not in output, output
+        logs = Path(next(tmp_path.glob("cluster-cron-demo-*")))
+        assert sorted(p.name for p in logs.glob("db-worker-*.log")) == [
+            "db-worker-1.log",
+            "db-worker-2.log",
+        ]
+        assert not (logs / "celery-worker.log").exists()
+        assert not (logs / "redis.log").exists()
+    elif lease == "redis":
         assert "nothing was dispatched while Redis was down" in result.stdout, output
     else:
         assert "every slot of 'echo every 5 seconds' that fell due" in result.stdout, output

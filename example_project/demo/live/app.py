@@ -28,7 +28,7 @@ from .procs import ROOT, Child, Supervisor, tail
 from .snapshot import Snapshot
 from .view import Scene
 
-SERVICES = ("celery-worker", "web", "redis")
+SERVICES = ("celery-worker", "db-worker-1", "db-worker-2", "web", "redis")
 
 
 @dataclass
@@ -38,6 +38,8 @@ class Options:
     port: int = 8000
     own_redis_port: int | None = None  # start (and own) a Redis on this port
     login: str = "admin / admin"
+    # "celery": a Celery worker and Redis; "django": django.tasks on two db_workers, no Redis.
+    tasks: str = "celery"
 
 
 class DemoError(RuntimeError):
@@ -96,14 +98,28 @@ class Demo:
     def owns_redis(self) -> bool:
         return self.options.own_redis_port is not None
 
+    @property
+    def without_redis(self) -> bool:
+        """Django's own tasks on the database: no Redis, no broker."""
+        return self.options.tasks == "django"
+
+    @property
+    def nodes_kept(self) -> int:
+        """How many schedulers the demo keeps running."""
+        return 3 if self.without_redis else 2
+
     def start(self) -> None:
-        if self.owns_redis:
-            self.start_redis()
-        elif not self.redis_answers():
-            raise DemoError(f"Redis at {redact(self.redis_url)} does not answer PING")
-        self.start_worker()
-        self.add_node()
-        self.add_node()
+        if self.without_redis:
+            for name in ("db-worker-1", "db-worker-2"):
+                self.start_db_worker(name)
+        else:
+            if self.owns_redis:
+                self.start_redis()
+            elif not self.redis_answers():
+                raise DemoError(f"Redis at {redact(self.redis_url)} does not answer PING")
+            self.start_worker()
+        for _ in range(self.nodes_kept):
+            self.add_node()
         self.supervisor.start(
             "web",
             [
@@ -124,6 +140,14 @@ class Demo:
             [sys.executable, "-m", "celery", "-A", "example_project", "worker", "-l", "info",
              "--concurrency", "2", "-n", "demo-worker@%h",
              "--without-gossip", "--without-mingle", "--without-heartbeat"],
+        )  # fmt: skip
+
+    def start_db_worker(self, name: str) -> Child:
+        # Every queue; an idle worker looks for work every 0.2 s (the default is 1 s).
+        return self.supervisor.start(
+            name,
+            [sys.executable, "manage.py", "db_worker", "--queue-name", "*", "--interval", "0.2",
+             "--worker-id", name, "--no-reload"],
         )  # fmt: skip
 
     def add_node(self) -> Child:
@@ -211,10 +235,13 @@ class Demo:
             what = f"{child.name} {how}: it releases the lease at once"
         self.narrator.action(timezone.now(), what, f"the {signum.name} of {child.name}")
         new = self.add_node()
-        self.narrator.say(timezone.now(), f"started {new.name} so two nodes keep running", "dim")
+        kept = "three" if self.nodes_kept == 3 else "two"
+        self.narrator.say(timezone.now(), f"started {new.name} so {kept} nodes keep running", "dim")
         return ""
 
     def toggle_redis(self) -> str:
+        if self.without_redis:
+            return "r does nothing here: this demo runs without Redis (Django's tasks, database)"
         if not self.owns_redis:
             return (
                 "r does nothing here: Redis comes from REDIS_URL, and the demo never stops a "
@@ -279,11 +306,14 @@ class Demo:
             if child is not None:
                 state = f"running (pid {child.pid})" if child.alive else child.state()
                 services.append((name, state))
-        if not self.owns_redis:
-            services.append(("redis", "given by REDIS_URL"))
-        redis_label = redact(self.redis_url) + (
-            " (throwaway, the demo's own)" if self.owns_redis else " (REDIS_URL)"
-        )
+        if self.without_redis:
+            redis_label = "none: django.tasks on django-tasks-db's db_worker, the database lease"
+        else:
+            if not self.owns_redis:
+                services.append(("redis", "given by REDIS_URL"))
+            redis_label = redact(self.redis_url) + (
+                " (throwaway, the demo's own)" if self.owns_redis else " (REDIS_URL)"
+            )
         return Scene(
             admin_url=f"http://127.0.0.1:{self.options.port}/admin/",
             login=self.options.login,

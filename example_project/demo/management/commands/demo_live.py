@@ -54,9 +54,16 @@ class Command(BaseCommand):
             "--poll-interval", type=_seconds, default=0.5, help="Standby poll interval, s."
         )
         parser.add_argument("--login", default="admin / admin", help="Shown in the header.")
+        parser.add_argument(
+            "--tasks",
+            choices=["celery", "django"],
+            default="celery",
+            help="celery: a Celery worker on Redis; django: the jobs' django.tasks tasks on two "
+            "db_worker processes, three schedulers, no Redis and no broker.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        if not os.environ.get("REDIS_URL"):
+        if options["tasks"] == "celery" and not os.environ.get("REDIS_URL"):
             raise CommandError(
                 "REDIS_URL is not set. Run `make demo` (scripts/demo.sh starts a throwaway Redis "
                 "and sets it), or set REDIS_URL to a Redis you want the demo to use."
@@ -76,6 +83,7 @@ class Command(BaseCommand):
                 port=options["port"],
                 own_redis_port=port,
                 login=options["login"],
+                tasks=options["tasks"],
             )
         )
         admin = f"http://127.0.0.1:{options['port']}/admin/ (login {options['login']})"

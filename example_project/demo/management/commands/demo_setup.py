@@ -5,6 +5,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from django.apps import apps
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -114,7 +115,12 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         self.ensure_superuser(options["username"], options["password"], options["email"])
         if not options["no_jobs"]:
-            self.ensure_jobs(demo_jobs(options["ping_url"]))
+            specs = demo_jobs(options["ping_url"])
+            if getattr(settings, "DEMO_TASKS", "celery") == "django":
+                # The same jobs on Django's own tasks: demo.echo becomes demo.djtasks.echo.
+                for spec in specs:
+                    spec["task"] = "demo.djtasks." + spec["task"].removeprefix("demo.")
+            self.ensure_jobs(specs)
 
     def ensure_superuser(self, username: str, password: str, email: str) -> None:
         user_model = get_user_model()
