@@ -43,8 +43,10 @@ def _check(model: type[Model], fields: list[Field[Any, Any]], names: Sequence[st
             )
     for f in fields:
         # Both would need per-row SQL (DEFAULT, a custom placeholder); refuse rather than
-        # write something bulk_create would not.
-        if f.db_default is not NOT_PROVIDED:
+        # write something bulk_create would not. A field with a Python default as well is
+        # written with that default, as the ORM writes it (the schema's default serves other
+        # writers: an earlier release during a rolling upgrade).
+        if f.db_default is not NOT_PROVIDED and not f.has_default():
             raise FastInsertError(f"{model.__name__}.{f.name}: db_default is not supported")
         if hasattr(f, "get_placeholder"):
             raise FastInsertError(f"{model.__name__}.{f.name}: custom placeholders unsupported")

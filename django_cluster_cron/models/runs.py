@@ -122,6 +122,10 @@ class JobRun(models.Model):
     backend_result_id = models.CharField(
         max_length=64,
         blank=True,
+        default="",
+        # In the schema too: a node of an earlier release, during a rolling upgrade, inserts
+        # runs without this column.
+        db_default="",
         help_text="The id its execution backend gave the attempt's result, where that is not the "
         "task id: a django.tasks backend's TaskResult id (for get_result, or its admin).",
     )

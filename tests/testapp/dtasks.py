@@ -76,3 +76,9 @@ def record_at_once(label: str) -> int:
     from tests.testapp.tasks import _witness
 
     return _witness(label, 0)
+
+
+@task()
+def add(x: int, y: int) -> int:
+    """The trivial body of the benchmarks (bench/django_tasks.py), as ``tests.add`` for Celery."""
+    return x + y
