@@ -40,7 +40,7 @@ WORKLOADS = [
     "run_rows",
     "end_to_end",
     "partitions",
-    "django_tasks",
+    "on_django_tasks",
 ]
 WORKLOAD_TIMEOUT = 3 * 3600  # a stuck workload must not hang the whole run
 

@@ -140,7 +140,11 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 def _database() -> dict[str, Any]:
     default_sqlite = "sqlite:///" + os.path.join(tempfile.gettempdir(), "dcc-tests.sqlite3")
     config: dict[str, Any] = dict(
-        dj_database_url.parse(os.environ.get("DATABASE_URL") or default_sqlite, conn_max_age=0)
+        dj_database_url.parse(
+            os.environ.get("DATABASE_URL") or default_sqlite,
+            # Django's default, closed after each request; benchmarks may keep them (seconds).
+            conn_max_age=int(os.environ.get("CONN_MAX_AGE") or 0),
+        )
     )
     test_name = os.environ.get("TEST_DB_NAME")
     if config["ENGINE"] == "django.db.backends.sqlite3":

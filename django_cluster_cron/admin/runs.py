@@ -154,7 +154,7 @@ class JobRunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 )
             },
         ),
-        ("Where", {"fields": ("worker", "dispatched_by", "epoch")}),
+        ("Where", {"fields": ("worker", "backend_result_id", "dispatched_by", "epoch")}),
         ("Outcome", {"fields": ("reason", "result", "error", "traceback_block")}),
     )
     readonly_fields = (
@@ -172,6 +172,7 @@ class JobRunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "took",
         "retry",
         "worker",
+        "backend_result_id",
         "dispatched_by",
         "epoch",
         "reason",

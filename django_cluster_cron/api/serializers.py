@@ -256,6 +256,7 @@ class RunSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
             "heartbeat_at",
             "retry_at",
             "worker",
+            "backend_result_id",
             "reason",
             "result",
             "error",

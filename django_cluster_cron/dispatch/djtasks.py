@@ -40,7 +40,7 @@ from django.utils.module_loading import import_string
 from ..djtasks_app import Framework, framework_of, resolve_task
 from ..ledger.outbox import OutboxMessage
 from ..ledger.transitions import record_unrunnable
-from .port import PublishFailed, SendFailed
+from .port import PublishFailed, publish_runs
 
 __all__ = ["WRAPPERS", "TasksDispatcher", "TasksGroup", "Unsendable"]
 
@@ -201,7 +201,7 @@ class TasksDispatcher:
 
     def send_prepared(self, groups: Sequence[Any], keep: set[int]) -> list[int]:
         """At their instant: the kept runs of deferred groups are on their backend already;
-        the others are enqueued now. Returns the runs sent; :class:`SendFailed` when a backend
+        the others are enqueued now. Returns the runs sent; ``SendFailed`` when a backend
         fails."""
         sent: list[int] = []
         for group in groups:
@@ -209,12 +209,5 @@ class TasksDispatcher:
             if group.enqueued:
                 sent += [run_id for run_id in group.run_ids if run_id in keep]
                 continue
-            ordinary = [m for m in group.messages if m.run_id in keep]
-            by_task = {m.task_id: m.run_id for m in ordinary}
-            try:
-                published = self.publish(ordinary)
-            except PublishFailed as exc:
-                sent += [by_task[task_id] for task_id in exc.published]
-                raise SendFailed(sent, exc.cause) from exc
-            sent += [by_task[task_id] for task_id in published]
+            sent = publish_runs(self.publish, [m for m in group.messages if m.run_id in keep], sent)
         return sent

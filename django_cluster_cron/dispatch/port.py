@@ -16,7 +16,7 @@ stays ``pending`` and the leader sends it again; a copy that did arrive loses th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Protocol
 
@@ -40,6 +40,22 @@ class SendFailed(Exception):
         super().__init__(f"sending prepared messages failed after {len(sent)}: {cause}")
         self.sent = sent
         self.cause = cause
+
+
+def publish_runs(
+    publish: Callable[[Sequence[OutboxMessage]], list[str]],
+    messages: Sequence[OutboxMessage],
+    sent: list[int],
+) -> list[int]:
+    """Send prepared ``messages`` the ordinary way at their instant (an adapter's ``publish``):
+    ``sent`` and the runs of the messages that got out. Raises :class:`SendFailed` with those
+    when the publish fails."""
+    by_task = {m.task_id: m.run_id for m in messages}
+    try:
+        published = publish(messages)
+    except PublishFailed as exc:
+        raise SendFailed(sent + [by_task[t] for t in exc.published], exc.cause) from exc
+    return sent + [by_task[t] for t in published]
 
 
 class Prepared(Protocol):

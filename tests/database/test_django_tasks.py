@@ -226,3 +226,35 @@ class TestValidation:
         run = make_run(make_job(task="tests.testapp.dtasks.in_reports", args=["r"]))
         send(run)
         assert results()[0].queue_name == "reports"
+
+
+def test_a_retry_on_a_backend_that_cannot_defer_waits_in_the_ledger_for_the_outbox():
+    job = make_job(
+        task="tests.testapp.dtasks.fail_at_once", args=["no-defer"], max_retries=1, retry_backoff=30
+    )
+    run = make_run(job)
+    send(run)
+    run.refresh_from_db()
+    # Failed once, inside the enqueue; the next attempt is not enqueued early (the claim does not
+    # wait for a retry's time): it stays retrying, unsent, for the leader's outbox once due.
+    assert (run.status, run.attempt, run.publish_count) == (RunStatus.RETRYING, 2, 0)
+    assert run.republish_at == run.retry_at
+    assert Execution.objects.filter(label="no-defer").count() == 1
+
+
+def test_the_overlap_policy_skips_a_run_while_another_holds_the_job():
+    from django_cluster_cron.leases.lock import ClusterLock
+
+    job = make_job(task="tests.testapp.dtasks.record", args=["overlap"], overlap_policy="skip")
+    run = make_run(job)
+    held = ClusterLock(f"job:{job.pk}", ttl=30)
+    assert held.acquire()
+    try:
+        send(run)
+        drain()
+    finally:
+        held.release()
+    run.refresh_from_db()
+    assert run.status == RunStatus.SKIPPED
+    assert not Execution.objects.filter(label="overlap").exists()
+    assert "overlap policy 'skip'" in results()[0].return_value[NOT_RUN]

@@ -80,5 +80,14 @@ def record_at_once(label: str) -> int:
 
 @task()
 def add(x: int, y: int) -> int:
-    """The trivial body of the benchmarks (bench/django_tasks.py), as ``tests.add`` for Celery."""
+    """The benchmarks' trivial body (bench/on_django_tasks.py), as ``tests.add`` is for Celery."""
     return x + y
+
+
+@task(backend="immediate")
+def fail_at_once(label: str) -> None:
+    """On the immediate backend (which cannot defer): always fails."""
+    from tests.testapp.tasks import _witness
+
+    _witness(label, 0)
+    raise RuntimeError(f"{label}: failing on purpose")

@@ -28,7 +28,7 @@ from typing import Any, cast
 from celery import Celery
 
 from ...ledger.outbox import OutboxMessage
-from ..port import Prepared, PublishFailed, SendFailed
+from ..port import Prepared, PublishFailed, publish_runs
 from . import forms, prepared
 from .prepared import PreparedGroup
 from .sender import EXECUTE_TASK, BatchSender
@@ -93,13 +93,7 @@ class CeleryDispatcher:
         sent = prepared.push(self.app, [g for g in ours if g.messages is None], keep)
         ordinary = [m for g in ours if g.messages for m in g.messages if m.run_id in keep]
         if ordinary:
-            by_task = {m.task_id: m.run_id for m in ordinary}
-            try:
-                published = self.publish(ordinary)
-            except PublishFailed as exc:
-                sent += [by_task[task_id] for task_id in exc.published]
-                raise SendFailed(sent, exc.cause) from exc
-            sent += [by_task[task_id] for task_id in published]
+            sent = publish_runs(self.publish, ordinary, sent)
         return sent
 
     def publish(self, messages: Sequence[OutboxMessage]) -> list[str]:

@@ -1,8 +1,8 @@
 """Django's tasks beside Celery: N jobs due at one instant, through django-tasks-db and Celery.
 
-    .venv/bin/python bench/django_tasks.py [--jobs 10000] [--workers 4] [--rounds 1]
+    .venv/bin/python bench/on_django_tasks.py [--jobs 10000] [--workers 4] [--rounds 1]
                                            [--systems celery django-tasks-db] [--json PATH]
-    DATABASE_URL=postgres://postgres@127.0.0.1:5432/bench .venv/bin/python bench/django_tasks.py
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/bench .venv/bin/python bench/on_django_tasks.py
 
 Same run, same database, same scheduler (one ``run_scheduler`` with its shipped defaults: it
 records the runs ahead of their instant), the same trivial body (``a + b``) with the same four
@@ -11,7 +11,9 @@ Redis broker; for django-tasks-db four ``db_worker`` processes polling every 0.1
 (their default is 1 s), the database their only server. Every figure comes from the ledger,
 per run, seconds after its slot: *sent* (``queued_at``: the message in the broker, or the task
 in the backend's table), *started* (``started_at``, the claim) and *finished* (``finished_at``,
-the body returned); p50, p99 and max, the median over rounds. On a backend that can defer
+the body returned); p50, p99 and max, the median over rounds. Beside them the backend's own
+limit (*django-tasks-db bare*): the same N tasks enqueued straight onto django-tasks-db before
+the four workers start, timed from the first task's start. On a backend that can defer
 (django-tasks-db), runs recorded ahead are enqueued ahead with ``run_after`` at their instant:
 their *sent* is when the leader recorded them sent at the instant, not when the row was made.
 """
@@ -42,6 +44,10 @@ from _procs import (
 ROOT = Path(__file__).resolve().parent.parent
 LEAD = 25.0  # seconds from creating the jobs to their fire time
 TASKS = {"celery": "tests.add", "django-tasks-db": "tests.testapp.dtasks.add"}
+# The backend's own limit: the same N tasks enqueued straight onto django-tasks-db beforehand,
+# drained by the same workers, timed from the first one's start (no scheduler, no ledger).
+BARE = "django-tasks-db bare"
+SYSTEMS = [*TASKS, BARE]
 STAGES = ("sent", "started", "finished")
 
 
@@ -62,17 +68,47 @@ def start_db_workers(env: dict[str, str], name: str, count: int) -> list[object]
     return workers
 
 
+def bare_drain(env: dict[str, str], jobs: int, workers: int, name: str) -> dict:
+    """``jobs`` bare ``add`` tasks enqueued on django-tasks-db in one transaction, the workers
+    already polling: each task's seconds from the first start to its own start and end."""
+    from django.db import transaction
+    from django_tasks_db.models import DBTaskResult
+
+    from tests.testapp import dtasks
+
+    DBTaskResult.objects.all().delete()
+    procs = start_db_workers(env, f"{name}-db-worker", workers)
+    try:
+        with transaction.atomic():  # all of them appear at once, at the commit
+            for i in range(jobs):
+                dtasks.add.enqueue(i, 1)  # type: ignore[attr-defined]
+        done = DBTaskResult.objects.filter(status="SUCCESSFUL")
+        wait_until(lambda: done.count() >= jobs, 900, f"{jobs} bare tasks to succeed")
+        rows = list(done.values_list("started_at", "finished_at"))
+        first = min(started for started, _ in rows)
+        return {
+            "sent": [0.0] * len(rows),
+            "started": [(started - first).total_seconds() for started, _ in rows],
+            "finished": [(finished - first).total_seconds() for _, finished in rows],
+        }
+    finally:
+        for proc in procs:
+            stop(proc)
+
+
 def trial(env: dict[str, str], system: str, jobs: int, workers: int, name: str) -> dict:
     """One burst through ``system``: per stage, each run's seconds after its slot."""
     from django.db import connection
+    from django_tasks_db.models import DBTaskResult
 
     from django_cluster_cron.models import JobDefinition, JobRun, RunStatus
 
     with connection.cursor() as cursor:
-        for model in (JobRun, JobDefinition):
+        for model in (JobRun, JobDefinition, DBTaskResult):
             cursor.execute(f"DELETE FROM {model._meta.db_table}")
-        cursor.execute("DELETE FROM django_tasks_db_dbtaskresult")
     flush_broker(env["REDIS_URL"])
+    if system == BARE:
+        return bare_drain(env, jobs, workers, name)
     if system == "celery":
         procs = [start_worker(env, f"{name}-worker", workers)]
     else:
@@ -115,7 +151,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--workers", type=int, default=4, help="processes executing the runs")
     parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--systems", nargs="+", default=list(TASKS), choices=list(TASKS))
+    parser.add_argument("--systems", nargs="+", default=SYSTEMS, choices=SYSTEMS)
     parser.add_argument("--quick", action="store_true", help="CI smoke run: 200 jobs, 1 round")
     parser.add_argument("--json", help="write the results here (see bench/README.md)")
     args = parser.parse_args()
@@ -153,16 +189,18 @@ def main() -> None:
             values = [s[key] for s in samples[system]]
             rows.append(row(system, database, args.jobs, f"fire to {key}", "s", values))
     ratios = []
-    if set(args.systems) == set(TASKS):
-        for key in ("finished 50", "finished 99"):
-            value = medians["django-tasks-db"][key] / medians["celery"][key]
-            label = f"django-tasks-db / celery, fire to {key}"
-            ratios.append({"label": label, "value": value, "note": ""})
-            print(f"{label}: {value:.2f}")
+    pairs = [("django-tasks-db", "celery"), ("django-tasks-db", BARE)]
+    for ours, other in pairs:
+        if {ours, other} <= set(args.systems):
+            for key in ("finished 50", "finished 99"):
+                value = medians[ours][key] / medians[other][key]
+                label = f"{ours} / {other}, fire to {key}"
+                ratios.append({"label": label, "value": value, "note": ""})
+                print(f"{label}: {value:.2f}")
     write_json(
         args.json,
         {
-            "workload": "django_tasks",
+            "workload": "on_django_tasks",
             "title": "Django's tasks (django-tasks-db) beside Celery, N jobs due at one instant",
             "description": " ".join(__doc__.split("\n\n")[1].split()),
             "rows": rows,
