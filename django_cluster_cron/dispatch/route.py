@@ -64,14 +64,19 @@ class RoutingDispatcher:
                 reach()
 
     def publish(self, messages: Sequence[OutboxMessage]) -> list[str]:
-        """Each adapter's messages in their order; a failure of one stops the rest of the batch
-        (:class:`PublishFailed` with everything published before)."""
+        """Each adapter's messages in their order. One execution system failing does not hold up
+        the other's runs: it publishes its messages too, then :class:`PublishFailed` says what
+        got through (the failed system's runs stay pending for the outbox)."""
         published: list[str] = []
+        failure: BaseException | None = None
         for kind, part in self._split(messages).items():
             try:
                 published += self._adapter(kind).publish(part)
             except PublishFailed as exc:
-                raise PublishFailed(published + exc.published, exc.cause) from exc
+                published += exc.published
+                failure = failure or exc.cause
+        if failure is not None:
+            raise PublishFailed(published, failure)
         return published
 
     def prepare(self, messages: Sequence[OutboxMessage]) -> list[Prepared]:
@@ -82,14 +87,20 @@ class RoutingDispatcher:
         return sorted(groups, key=due)
 
     def send_prepared(self, groups: Sequence[Prepared], keep: set[int]) -> list[int]:
+        """Each adapter's prepared groups; as :meth:`publish`, a failing system does not hold
+        up the other's runs (:class:`SendFailed` says which runs went out)."""
         ours = [g for g in groups if isinstance(g, TasksGroup)]
         theirs = [g for g in groups if not isinstance(g, TasksGroup)]
         sent: list[int] = []
-        for adapter, part in ((self.celery, theirs), (self.tasks, ours)):
-            if not part:
+        failure: BaseException | None = None
+        for adapter, part in ((self.celery if theirs else None, theirs), (self.tasks, ours)):
+            if adapter is None or not part:
                 continue
             try:
                 sent += adapter.send_prepared(part, keep)
             except SendFailed as exc:
-                raise SendFailed(sent + exc.sent, exc.cause) from exc
+                sent += exc.sent
+                failure = failure or exc.cause
+        if failure is not None:
+            raise SendFailed(sent, failure)
         return sent

@@ -8,6 +8,7 @@ scheduler and a killed worker: tests/cluster/test_django_tasks_processes.py.
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 import pytest
@@ -258,3 +259,43 @@ def test_the_overlap_policy_skips_a_run_while_another_holds_the_job():
     assert run.status == RunStatus.SKIPPED
     assert not Execution.objects.filter(label="overlap").exists()
     assert "overlap policy 'skip'" in results()[0].return_value[NOT_RUN]
+
+
+class TestRouting:
+    """The scheduler's dispatcher sends each run through the system its job's task belongs to."""
+
+    def runs(self):
+        celery_run = make_run(make_job(task="tests.add", args=[1, 2]))
+        tasks_run = make_run(make_job(task="tests.testapp.dtasks.record", args=["routed"]))
+        return [
+            OutboxMessage.for_run(JobRun.objects.select_related("job").get(pk=run.pk))
+            for run in (celery_run, tasks_run)
+        ]
+
+    def test_a_batch_of_both_kinds_goes_to_both_systems(self, redis_client):
+        from django_cluster_cron.dispatch import default_dispatcher
+
+        celery_message, tasks_message = self.runs()
+        sent = default_dispatcher().publish([celery_message, tasks_message])
+        assert sorted(sent) == sorted([celery_message.task_id, tasks_message.task_id])
+        [enqueued] = results()
+        assert enqueued.args_kwargs["kwargs"]["task_id"] == tasks_message.task_id
+        in_broker = [
+            json.loads(raw)["headers"]["id"] for raw in redis_client.lrange("celery", 0, -1)
+        ]
+        assert in_broker == [celery_message.task_id]
+
+    def test_a_broker_that_fails_does_not_hold_up_the_django_tasks_runs(self, monkeypatch):
+        from django_cluster_cron.dispatch import PublishFailed, default_dispatcher
+        from django_cluster_cron.dispatch.celery import sender
+
+        def broker_gone(self, message):
+            raise ConnectionError("broker went away")
+
+        monkeypatch.setattr(sender.BatchSender, "send", broker_gone)
+        celery_message, tasks_message = self.runs()
+        with pytest.raises(PublishFailed) as failed:
+            default_dispatcher().publish([celery_message, tasks_message])
+        assert failed.value.published == [tasks_message.task_id]
+        assert "broker went away" in str(failed.value.cause)
+        assert len(results()) == 1
