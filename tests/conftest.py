@@ -70,6 +70,8 @@ def _use_redis(url: str) -> None:
     for alias in settings.CACHES.values():
         if str(alias["BACKEND"]).startswith("django_redis."):
             alias["LOCATION"] = url
+    for queue in getattr(settings, "RQ_QUEUES", {}).values():  # django-tasks-rq's, if there
+        queue["URL"] = url
     if not os.environ.get("CELERY_BROKER_URL"):
         settings.CELERY_BROKER_URL = url
         celery_module = sys.modules.get("tests.testapp.celery")

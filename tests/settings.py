@@ -90,6 +90,14 @@ if HAS_DJANGO_TASKS:
             "QUEUES": ["default", "reports"],
         },
     }
+# django-tasks-rq (RQ on Redis): only in the tox environment "rq" (its rq-scheduler brings a
+# "crontab" module that shadows the one django-celery-beat imports).
+HAS_TASKS_RQ = HAS_DJANGO_TASKS and importlib.util.find_spec("django_tasks_rq") is not None
+if HAS_TASKS_RQ:
+    INSTALLED_APPS.insert(-1, "django_rq")
+    # The URL is rewritten in place by tests/conftest.py once the suite's Redis is chosen.
+    RQ_QUEUES = {"default": {"URL": REDIS_URL}}
+    TASKS["rq"] = {"BACKEND": "django_tasks_rq.RQBackend", "QUEUES": ["default"]}
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
