@@ -101,6 +101,23 @@ def _on_own_connection() -> None:
 def run(context: Any, named: Mapping[str, Any]) -> Any:
     """The wrapper's body (see the module): ``context`` is the backend's TaskContext, ``named``
     the keyword arguments the leader enqueued it with."""
+    try:
+        return _run(context, named)
+    finally:
+        _leave_connections_usable()
+
+
+def _leave_connections_usable() -> None:
+    """Close a database connection the task left broken (the server cut it, say), as Django
+    does between requests, so that the backend's worker reconnects to record the result instead
+    of failing on it (django-tasks-db's db_worker exits then). Never one inside a transaction:
+    the enqueuing one, on the immediate backend."""
+    for connection in connections.all(initialized_only=True):
+        if not connection.in_atomic_block:
+            connection.close_if_unusable_or_obsolete()
+
+
+def _run(context: Any, named: Mapping[str, Any]) -> Any:
     run_id, attempt, task_id = named.get("run"), named.get("attempt"), named.get("task_id")
     if not (is_id(run_id) and is_id(attempt) and isinstance(task_id, str) and task_id):
         logger.warning(

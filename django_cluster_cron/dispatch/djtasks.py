@@ -16,9 +16,12 @@ uncertain is sent again by the leader's outbox, its extra copy dropped by the wo
 
 Deferral: on a backend that supports ``run_after`` (django-tasks-db, django-tasks-rq), runs
 recorded ahead of their instant are enqueued when they are recorded, with ``run_after`` at their
-due time, so at the instant there is nothing left to send; a retry's next attempt goes with
-``run_after`` at its retry time. A backend without it gets runs at their instant, and a retry
-is left ``retrying`` for the leader's outbox to send once it is due.
+due time, so at the instant there is nothing left to send (the run keeps the backend's result
+id: a leader that takes it over before then does not enqueue it again); a retry's next attempt
+goes with ``run_after`` at its retry time; every other run with ``run_after`` at its due time,
+passed, so that a backlog drains in the order the runs fell due. A backend without it gets runs
+at their instant, and a retry is left ``retrying`` for the leader's outbox to send once it is
+due.
 
 A task that cannot be enqueued at all (its path no longer names a ``django.tasks`` task, or its
 backend refuses it: an unknown queue, a priority it does not support) fails its run with the
@@ -34,11 +37,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from django.db import DatabaseError
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from ..djtasks_app import Framework, framework_of, resolve_task
-from ..ledger.outbox import OutboxMessage
+from ..ledger.outbox import OutboxMessage, note_enqueued_ahead
 from ..ledger.transitions import record_unrunnable
 from .port import PublishFailed, publish_runs
 
@@ -165,9 +169,16 @@ class TasksDispatcher:
         for message in messages:
             try:
                 later = message.eta is not None and message.eta > now
-                if later and not self._defers(message):
+                defers = self._defers(message)
+                if later and not defers:
                     continue
-                self._enqueue(message, message.eta if later else None)
+                # On a backend that can defer, every run goes with run_after: its retry time,
+                # else its due time (passed). Such a backend takes ready tasks by run_after, and
+                # one without it (django-tasks-db: "never set" sorts last) would be overtaken by
+                # every run recorded ahead, which the outbox reads as a lost message.
+                if not message.enqueued:  # not on the backend already, enqueued ahead
+                    run_after = message.eta if later else (message.due if defers else None)
+                    self._enqueue(message, run_after)
             except Unsendable as exc:
                 self._fail(message, exc)
                 continue
@@ -181,18 +192,23 @@ class TasksDispatcher:
         are enqueued now, deferred to their due time; the others wait for their instant. A
         backend that fails here leaves the rest of the group for the instant."""
         by_due: dict[tuple[datetime, bool], list[OutboxMessage]] = {}
+        enqueued: list[tuple[int, str]] = []
         for message in messages:
             try:
-                deferred = self._defers(message)
+                deferred = bool(message.enqueued) or self._defers(message)
             except Unsendable:
                 deferred = False  # failed at its instant, with the reason
-            if deferred:
+            if deferred and not message.enqueued:
                 try:
-                    self._enqueue(message, message.due)
+                    enqueued.append((message.run_id, self._enqueue(message, message.due)))
                 except Exception as exc:
                     logger.warning("run.defer_failed run=%s error=%s", message.run_id, exc)
                     deferred = False
             by_due.setdefault((message.due, deferred), []).append(message)
+        try:
+            note_enqueued_ahead(enqueued)
+        except DatabaseError as exc:  # a leader that takes them over enqueues them again
+            logger.warning("runs.enqueued_ahead_not_noted count=%s error=%s", len(enqueued), exc)
         groups = [
             TasksGroup(due=due, messages=found, enqueued=deferred)
             for (due, deferred), found in by_due.items()

@@ -54,6 +54,10 @@ class OutboxMessage:
     trace: str = ""
     # The job's name: what an execution system's own tools show to say whose run it is.
     job_name: str = ""
+    # A run recorded ahead whose task a leader already enqueued, deferred to its due time, on a
+    # backend that can defer (django.tasks), and that is not recorded sent yet: the backend's
+    # result id. Sending it again would only make a copy for the claim to drop.
+    enqueued: str = ""
 
     @property
     def due(self) -> datetime:
@@ -73,6 +77,11 @@ class OutboxMessage:
             publish_count=run.publish_count,
             eta=eta,
             due_at=run.due_at,
+            enqueued=(
+                run.backend_result_id
+                if run.status == RunStatus.PENDING and not run.publish_count
+                else ""
+            ),
         )
 
     @classmethod
@@ -89,6 +98,7 @@ class OutboxMessage:
         publish_count: int,
         eta: datetime | None = None,
         due_at: datetime | None = None,
+        enqueued: str = "",
     ) -> OutboxMessage:
         """The message of a run of ``job`` given by its fields (no JobRun instance needed)."""
         return cls(
@@ -111,6 +121,7 @@ class OutboxMessage:
             args=tuple(job.args or ()),
             kwargs=dict(job.kwargs or {}),
             job_name=job.name,
+            enqueued=enqueued,
         )
 
 
@@ -193,6 +204,16 @@ def mark_sent(sent: Sequence[tuple[list[int], datetime]], *, fence: Fence, node_
             due = at + app_settings.OUTBOX_REPUBLISH_AFTER
             for start in range(0, len(run_ids), MARK_CHUNK):
                 _mark_queued(run_ids[start : start + MARK_CHUNK], due, at, fence, node_id)
+
+
+def note_enqueued_ahead(enqueued: Sequence[tuple[int, str]]) -> None:
+    """Record on runs recorded ahead that their task is on its backend already, deferred to
+    their due time (``(run id, the backend's result id)``): a leader that takes them over before
+    their instant does not enqueue them again (:attr:`OutboxMessage.enqueued`)."""
+    runs = [JobRun(pk=run_id, backend_result_id=result_id[:64]) for run_id, result_id in enqueued]
+    # Only runs still waiting for their first send: a worker may have claimed one already.
+    waiting = JobRun.objects.filter(status=RunStatus.PENDING, publish_count=0)
+    waiting.bulk_update(runs, ["backend_result_id"], batch_size=500)
 
 
 def unpublished(run_ids: Sequence[int]) -> set[int]:

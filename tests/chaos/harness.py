@@ -10,7 +10,9 @@ local PostgreSQL) names — PostgreSQL or MySQL/MariaDB — dropped at the end, 
 server (the Celery broker, and with ``CHAOS_LEASE=redis``, the default, the lease and the change
 channel) on a free port, migrates the example project, creates ~20 jobs
 on every-second and every-few-seconds schedules with mixed catch-up and overlap policies, and runs
-3 ``run_scheduler`` nodes and 2 Celery workers of the example project. Their task body,
+3 ``run_scheduler`` nodes and 2 Celery workers of the example project (with
+``CHAOS_TASKS=django``: 2 django-tasks-db ``db_worker`` processes, the jobs' tasks Django's own,
+the database lease, and no Redis faults). Their task body,
 ``demo.witness``, writes every execution (job, slot, attempt, pid, start, end) to
 ``demo.Execution`` — a record of what actually ran, separate from the run ledger.
 
@@ -61,6 +63,9 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "example_project"
 TTL = 2.0
 POLL = 0.2
+# CHAOS_TASKS=django: the jobs' tasks are django.tasks tasks run by django-tasks-db's db_worker
+# processes, on the database lease: the database is the only server the cluster uses.
+DJANGO_TASKS = os.environ.get("CHAOS_TASKS", "celery") == "django"
 SETTINGS = {
     "LEASE_TTL": TTL,
     "POLL_INTERVAL": POLL,
@@ -68,7 +73,7 @@ SETTINGS = {
     "RUN_LOST_AFTER": 3,
     "OUTBOX_REPUBLISH_AFTER": 2,
     "CATCHUP_CAP": 200,
-    "LEASE_BACKEND": os.environ.get("CHAOS_LEASE", "redis"),
+    "LEASE_BACKEND": "database" if DJANGO_TASKS else os.environ.get("CHAOS_LEASE", "redis"),
 }
 FAULTS = (
     "kill_leader",
@@ -82,6 +87,10 @@ FAULTS = (
     "cut_leader_redis",
     "restart_database",
 )
+# The witness task: Celery's, or its django.tasks twin.
+WITNESS = "demo.djtasks.witness" if DJANGO_TASKS else "demo.witness"
+# Without Redis in the cluster (CHAOS_TASKS=django), its faults would change nothing.
+REDIS_FAULTS = ("restart_redis", "cut_leader_redis")
 # With a PostgreSQL server of its own (CHAOS_OWN_POSTGRES=1), these many jobs more fire together
 # every BURST_EVERY seconds, and the server is restarted in the middle of such a burst.
 BURST_JOBS = 100
@@ -130,6 +139,7 @@ class Chaos:
         # Each scheduler reaches the database and Redis through links of its own (cut-able).
         self.links: dict[str, dict[str, FaultyLink]] = {}
         self.pg: PostgresServer | None = None
+        self.replaced: set[str] = set()  # workers that exited and were started anew
 
     # -- infrastructure ------------------------------------------------------------------
 
@@ -159,6 +169,7 @@ class Chaos:
             "CLUSTER_CRON_JSON": json.dumps(SETTINGS),
             "DJANGO_SETTINGS_MODULE": "example_project.settings",
             "PYTHONPATH": os.pathsep.join([str(EXAMPLE), str(ROOT)]),
+            "DEMO_TASKS": "django" if DJANGO_TASKS else "celery",
         }
         self.env.pop("CELERY_BROKER_URL", None)
         os.environ.update(
@@ -169,6 +180,7 @@ class Chaos:
                     "REDIS_URL",
                     "CLUSTER_CRON_JSON",
                     "DJANGO_SETTINGS_MODULE",
+                    "DEMO_TASKS",
                 )
             }
         )
@@ -267,6 +279,10 @@ class Chaos:
 
     def start_worker(self) -> str:
         name = f"worker-{next(self.serial)}"
+        if DJANGO_TASKS:
+            command = [sys.executable, "manage.py", "db_worker", "--queue-name", "*"]
+            command += ["--interval", "0.1", "--no-reload", "--worker-id", name]
+            return self.spawn("worker", command, name=name)
         return self.spawn(
             "worker",
             [
@@ -285,6 +301,15 @@ class Chaos:
             ],
         )
 
+    def restart_exited_workers(self) -> None:
+        """db_worker exits when the database cuts its connection in its own statements; as the
+        supervisor a deployment runs it under (systemd, Kubernetes), start another."""
+        for name, proc in list(self.procs.items()):
+            exited = proc.poll() is not None and proc.returncode >= 0  # not killed by a fault
+            if name.startswith("worker") and exited and name not in self.replaced:
+                self.replaced.add(name)
+                self.log(f"{name} exited ({proc.returncode}); started {self.start_worker()}")
+
     def alive(self, role: str) -> list[str]:
         return [n for n, p in self.procs.items() if n.startswith(role) and p.poll() is None]
 
@@ -293,9 +318,11 @@ class Chaos:
         return path.read_text(errors="replace") if path.exists() else ""
 
     def ready(self) -> bool:
-        """Every worker is ready (Celery's ``ready.``) and a scheduler leads."""
+        """Every worker is ready (Celery's ``ready.``, db_worker's ``Starting worker``) and a
+        scheduler leads."""
         workers = self.alive("worker")
-        return self.leader() is not None and all("ready." in self.log_of(n) for n in workers)
+        line = "Starting worker" if DJANGO_TASKS else "ready."
+        return self.leader() is not None and all(line in self.log_of(n) for n in workers)
 
     def caught_up(self, until: datetime) -> bool:
         """``until`` has passed and every job's slots up to it are decided (recorded, missed or
@@ -334,7 +361,7 @@ class Chaos:
                 name=f"chaos-{i:02d}",
                 cron=cron,
                 timezone="UTC",
-                task="demo.witness",
+                task=WITNESS,
                 kwargs={"seconds": seconds},
                 catchup_policy=catchup,
                 catchup_window=timedelta(minutes=10),
@@ -352,7 +379,7 @@ class Chaos:
                     name=f"burst-{i:03d}",
                     cron=f"* * * * * */{BURST_EVERY}",
                     timezone="UTC",
-                    task="demo.witness",
+                    task=WITNESS,
                     catchup_policy="all",
                     catchup_window=timedelta(minutes=10),
                     max_retries=3,
@@ -381,7 +408,7 @@ class Chaos:
     def next_fault(self) -> str:
         """Every kind of fault once per round, in an order drawn from the seed."""
         if not getattr(self, "_round", None):
-            self._round = list(FAULTS)
+            self._round = [f for f in FAULTS if not (DJANGO_TASKS and f in REDIS_FAULTS)]
             self.random.shuffle(self._round)
         return str(self._round.pop())
 
@@ -476,7 +503,7 @@ class Chaos:
         return False
 
     def _duplicate_messages(self) -> None:
-        from django_cluster_cron.dispatch.celery import CeleryDispatcher
+        from django_cluster_cron.dispatch import default_dispatcher
         from django_cluster_cron.ledger.outbox import OutboxMessage
         from django_cluster_cron.models import JobRun
 
@@ -486,7 +513,7 @@ class Chaos:
             .order_by("-scheduled_for")[:10]
         )
         messages = [OutboxMessage.for_run(run) for run in recent]
-        CeleryDispatcher().publish(messages * 2)
+        default_dispatcher().publish(messages * 2)  # to the broker, or the tasks backend
 
     # -- the run -------------------------------------------------------------------------
 
@@ -506,6 +533,7 @@ class Chaos:
             deadline = time.monotonic() + self.duration
             while time.monotonic() < deadline:
                 time.sleep(self.random.uniform(3, 8))  # the timetable: 3-8 s between faults
+                self.restart_exited_workers()
                 fault = self.next_fault()
                 try:
                     self.inject(fault)
@@ -677,6 +705,7 @@ class Chaos:
             "duplicate executions": duplicates,
             "epochs": len(holders),
             "faults injected": sum(report.faults.values()),
+            "workers that exited, restarted": len(self.replaced),
         }
 
 

@@ -299,3 +299,24 @@ class TestRouting:
         assert failed.value.published == [tasks_message.task_id]
         assert "broker went away" in str(failed.value.cause)
         assert len(results()) == 1
+
+
+def test_runs_enqueued_ahead_are_not_enqueued_again_by_a_leader_that_takes_them_over():
+    from django_cluster_cron.ledger.outbox import unpublished_runs
+
+    job = make_job(task="tests.testapp.dtasks.record", args=["ahead"])
+    runs = [make_run(job, status=RunStatus.PENDING) for _ in range(3)]
+    messages = [OutboxMessage.for_run(JobRun.objects.get(pk=r.pk)) for r in runs]
+    groups = TasksDispatcher().prepare(messages)  # the leader that recorded them ahead
+    assert all(group.enqueued for group in groups)
+    ids = {str(r.id) for r in results()}
+    assert len(ids) == 3
+    # The rows say so: a new leader's take-over reads them back and sends nothing twice.
+    taken_over = unpublished_runs(after=None, limit=10)
+    assert {m.enqueued for m in taken_over} == ids
+    assert all(group.enqueued for group in TasksDispatcher().prepare(taken_over))
+    assert sorted(TasksDispatcher().publish(taken_over)) == sorted(r.task_id for r in runs)
+    assert len(results()) == 3
+    drain()
+    assert Execution.objects.filter(label="ahead").count() == 3
+    assert set(JobRun.objects.values_list("status", flat=True)) == {RunStatus.SUCCESS}
