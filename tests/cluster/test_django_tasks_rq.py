@@ -59,8 +59,15 @@ def test_a_run_enqueued_twice_on_rq_runs_once_and_keeps_rqs_job_id(cluster):
 
     # The result is the wrapper's: read it through the backend (the task's own get_result()
     # refuses a result of another task).
-    result = frameworks()[0].backend("rq").get_result(done.backend_result_id)
-    assert result.status == "SUCCESSFUL"
+    backend = frameworks()[0].backend("rq")
+    # RQ records the job's end just after the wrapper has recorded it in the ledger.
+    result = wait_for(
+        lambda: (
+            (found := backend.get_result(done.backend_result_id)).status == "SUCCESSFUL" and found
+        ),
+        30,
+        "RQ to record the job finished",
+    )
     assert result.task.module_path.startswith("django_cluster_cron.djtasks.run_scheduled_job")
     assert result.kwargs["job"] == done.job.name
     assert result.return_value == Execution.objects.get(label="on-rq").pk
