@@ -90,21 +90,24 @@ def _expired(named: Mapping[str, Any]) -> bool:
     return timezone.is_aware(deadline) and deadline < timezone.now()
 
 
-def _on_own_connection() -> None:
+def _on_own_connection() -> bool:
     """Claim and record on this thread's own connection, as a Celery worker does — unless the
     task runs inside the enqueuing transaction (the immediate backend in a test), whose rows
-    only that transaction's connection sees."""
+    only that transaction's connection sees. Returns the choice in use before (restored after
+    the run: the immediate backend runs in processes that are no worker)."""
     alias = router.db_for_write(JobRun)
-    use_own_connection(not connections[alias].in_atomic_block)
+    return use_own_connection(not connections[alias].in_atomic_block)
 
 
 def run(context: Any, named: Mapping[str, Any]) -> Any:
     """The wrapper's body (see the module): ``context`` is the backend's TaskContext, ``named``
     the keyword arguments the leader enqueued it with."""
+    previous = _on_own_connection()
     try:
         return _run(context, named)
     finally:
         _leave_connections_usable()
+        use_own_connection(previous)  # this process's choice, as it was
 
 
 def _leave_connections_usable() -> None:
@@ -128,7 +131,6 @@ def _run(context: Any, named: Mapping[str, Any]) -> Any:
         return {NOT_RUN: "not a run's message: its run, attempt or task_id is malformed"}
     assert isinstance(run_id, int)
     assert isinstance(attempt, int)
-    _on_own_connection()
     if _expired(named):
         status = with_fresh_connection(
             lambda: record_discarded(

@@ -262,9 +262,11 @@ _statements: dict[tuple[str, str], _Statements] = {}
 _own_connection = [False]
 
 
-def use_own_connection(on: bool = True) -> None:
-    """Run the claim and the record on the thread's own connection (a worker process)."""
-    _own_connection[0] = on
+def use_own_connection(on: bool = True) -> bool:
+    """Run the claim and the record on the thread's own connection (a worker process); returns
+    what was in use before, for a caller that sets it for a while."""
+    previous, _own_connection[0] = _own_connection[0], on
+    return previous
 
 
 def reset_connection() -> None:

@@ -320,3 +320,19 @@ def test_runs_enqueued_ahead_are_not_enqueued_again_by_a_leader_that_takes_them_
     drain()
     assert Execution.objects.filter(label="ahead").count() == 3
     assert set(JobRun.objects.values_list("status", flat=True)) == {RunStatus.SUCCESS}
+
+
+def test_a_run_leaves_this_processes_choice_of_connection_as_it_was():
+    """The wrapper claims and records on its own connection while it runs, then puts back what
+    the process had chosen: a process that is no worker (a web process on the immediate
+    backend, this test run) must not have its Celery tasks recorded on another connection."""
+    from django_cluster_cron.ledger.statements import use_own_connection
+
+    previous = use_own_connection(False)
+    try:
+        send(make_run(make_job(task="tests.testapp.dtasks.record", args=["choice"])))
+        drain()
+        assert use_own_connection(False) is False
+    finally:
+        use_own_connection(previous)
+    assert Execution.objects.filter(label="choice").count() == 1
