@@ -16,7 +16,17 @@ from typing import Any
 
 from django.utils.module_loading import import_string
 
-__all__ = ["Framework", "available", "framework_of", "frameworks", "resolve_task", "task_path"]
+__all__ = [
+    "Framework",
+    "Refused",
+    "Target",
+    "available",
+    "framework_of",
+    "frameworks",
+    "resolve_task",
+    "target",
+    "task_path",
+]
 
 
 @dataclass(frozen=True)
@@ -99,3 +109,64 @@ def resolve_task(path: str) -> Any | None:
     except Exception:  # ImportError, or whatever the module raises while importing
         return None
     return found if framework_of(found) is not None else None
+
+
+class Refused(Exception):
+    """What a task's backend refuses of a job's use of it; ``field`` names the job's field it
+    comes from (``task``, ``queue`` or ``priority``), ``code`` the kind of refusal."""
+
+    def __init__(self, field: str, code: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+        self.code = code
+
+
+@dataclass(frozen=True)
+class Target:
+    """A ``django.tasks`` task a job names, with its framework and backend."""
+
+    task: Any
+    framework: Framework
+    backend: Any
+
+    def bind(self, task: Any, *, queue: str, priority: int | None, run_after: Any = None) -> Any:
+        """``task`` (the job's own, or a wrapper enqueued for it) as it goes to this target's
+        backend: in ``queue``, at ``priority`` (None: the job's task's own), after
+        ``run_after``. The backend's rules are the one test of both, when a job is saved and
+        when its run is enqueued: :class:`Refused` says which of them failed, and why."""
+        alias = self.task.backend
+        queues = getattr(self.backend, "queues", None)
+        if queues and queue not in queues:
+            raise Refused(
+                "queue",
+                "unknown_queue",
+                f"Backend {alias!r} has no queue {queue!r} (it has: {', '.join(sorted(queues))}).",
+            )
+        chosen = self.task.priority if priority is None else priority
+        try:
+            return task.using(backend=alias, queue_name=queue, priority=chosen, run_after=run_after)
+        except self.framework.invalid_task as exc:
+            try:
+                self.task.using(priority=chosen)
+            except self.framework.invalid_task as refusal:
+                raise Refused(
+                    "priority",
+                    "priority",
+                    f"Backend {alias!r} refuses priority {chosen}: {refusal}",
+                ) from exc
+            raise Refused("task", "refused", f"Backend {alias!r} refuses it: {exc}") from exc
+
+
+def target(path: str) -> Target | None:
+    """The ``django.tasks`` task ``path`` names, with its framework and backend; None when the
+    path names no such task; :class:`Refused` (field ``task``) when its backend is not
+    configured."""
+    task = resolve_task(path)
+    framework = framework_of(task) if task is not None else None
+    if task is None or framework is None:
+        return None
+    try:
+        backend = framework.backend(task.backend)
+    except framework.invalid_backend as exc:
+        raise Refused("task", "backend", f"Its backend is not configured: {exc}") from exc
+    return Target(task=task, framework=framework, backend=backend)

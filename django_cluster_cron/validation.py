@@ -26,7 +26,7 @@ from .core.exclusions import ExcludingSchedule, parse_exclusions
 from .core.kinds import Schedule
 from .core.overlap import OverlapPolicy
 from .core.schedules import validate_schedule, validate_timezone
-from .djtasks_app import framework_of, frameworks, resolve_task
+from .djtasks_app import Refused, frameworks, resolve_task, target
 
 LIVE_NAME_TAKEN = "A job with this name already exists."
 MAX_JITTER = 3600  # seconds
@@ -115,34 +115,13 @@ def clean_task_name(value: str) -> None:
 def tasks_backend_errors(job: Any) -> dict[str, ValidationError]:
     """For a job whose task is a ``django.tasks`` task: what its task's backend refuses of the
     job's queue and priority (or of the task's own, when the job leaves them empty), by field."""
-    task = resolve_task(job.task)
-    framework = framework_of(task)
-    if task is None or framework is None:
-        return {}
     try:
-        backend = framework.backend(task.backend)
-    except framework.invalid_backend as exc:
-        return {"task": ValidationError(f"Its backend is not configured: {exc}", code="backend")}
-    queue = job.queue or app_settings.DEFAULT_QUEUE or task.queue_name
-    queues = getattr(backend, "queues", None)
-    if queues and queue not in queues:
-        return {
-            "queue": ValidationError(
-                f"Backend {task.backend!r} has no queue {queue!r} (it has: "
-                f"{', '.join(sorted(queues))}).",
-                code="unknown_queue",
-            )
-        }
-    if job.priority is not None:
-        try:
-            task.using(priority=job.priority)
-        except framework.invalid_task as exc:
-            return {
-                "priority": ValidationError(
-                    f"Backend {task.backend!r} refuses priority {job.priority}: {exc}",
-                    code="priority",
-                )
-            }
+        found = target(job.task)
+        if found is not None:
+            queue = job.queue or app_settings.DEFAULT_QUEUE or found.task.queue_name
+            found.bind(found.task, queue=queue, priority=job.priority)
+    except Refused as refusal:
+        return {refusal.field: ValidationError(str(refusal), code=refusal.code)}
     return {}
 
 

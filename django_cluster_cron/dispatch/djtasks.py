@@ -31,6 +31,7 @@ unreachable) is a failed publish, tried again by the outbox.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -41,7 +42,7 @@ from django.db import DatabaseError
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from ..djtasks_app import Framework, framework_of, resolve_task
+from ..djtasks_app import Refused, Target, target
 from ..ledger.outbox import OutboxMessage, note_enqueued_ahead
 from ..ledger.transitions import record_unrunnable
 from .port import PublishFailed, publish_runs
@@ -125,40 +126,38 @@ class TasksDispatcher:
     def reach(self) -> None:
         """Nothing to reach beforehand: a backend says it is down when it enqueues."""
 
-    def _target(self, message: OutboxMessage) -> tuple[Any, Framework, Any]:
-        """The job's task, its framework and its backend; :class:`Unsendable` if there is none."""
-        task = resolve_task(message.task)
-        framework = framework_of(task) if task is not None else None
-        if task is None or framework is None:
-            raise Unsendable(f"{message.task!r} does not name a django.tasks task")
+    def _target(self, message: OutboxMessage) -> Target:
+        """The job's task with its backend; :class:`Unsendable` if there is none."""
         try:
-            backend = framework.backend(task.backend)
-        except framework.invalid_backend as exc:
+            found = target(message.task)
+        except Refused as exc:
             raise Unsendable(f"task {message.task!r}: {exc}") from exc
-        return task, framework, backend
+        if found is None:
+            raise Unsendable(f"{message.task!r} does not name a django.tasks task")
+        return found
 
-    def _enqueue(self, message: OutboxMessage, run_after: datetime | None) -> str:
-        """Enqueue the wrapper for ``message``; the backend's result id."""
-        task, framework, _backend = self._target(message)
-        wrapper = import_string(WRAPPERS[framework.package])
+    def _enqueue(self, message: OutboxMessage, found: Target, run_after: datetime | None) -> str:
+        """Enqueue the wrapper for ``message`` on ``found``'s backend; the backend's result
+        id."""
+        wrapper = import_string(WRAPPERS[found.framework.package])
         try:
-            bound = wrapper.using(
-                backend=task.backend,
-                queue_name=message.queue or task.queue_name,
-                priority=task.priority if message.priority is None else message.priority,
+            bound = found.bind(
+                wrapper,
+                queue=message.queue or found.task.queue_name,
+                priority=message.priority,
                 run_after=run_after,
             )
-        except framework.invalid_task as exc:
-            refused = f"backend {task.backend!r} refuses task {message.task!r}: {exc}"
-            raise Unsendable(refused) from exc
+        except Refused as exc:
+            raise Unsendable(f"task {message.task!r}: {exc}") from exc
         return str(bound.enqueue(**wrapper_kwargs(message)).id)
 
     def _fail(self, message: OutboxMessage, exc: Unsendable) -> None:
         logger.error("run.unsendable run=%s task=%s error=%s", message.run_id, message.task, exc)
         record_unrunnable(message.run_id, message.task_id, message.attempt, str(exc))
 
-    def _defers(self, message: OutboxMessage) -> bool:
-        return bool(getattr(self._target(message)[2], "supports_defer", False))
+    @staticmethod
+    def _defers(found: Target) -> bool:
+        return bool(getattr(found.backend, "supports_defer", False))
 
     def publish(self, messages: Sequence[OutboxMessage]) -> list[str]:
         """Enqueue in order; return the task ids of the runs enqueued. A retry due later on a
@@ -169,7 +168,8 @@ class TasksDispatcher:
         for message in messages:
             try:
                 later = message.eta is not None and message.eta > now
-                defers = self._defers(message)
+                found = self._target(message)
+                defers = self._defers(found)
                 if later and not defers:
                     continue
                 # On a backend that can defer, every run goes with run_after: its retry time,
@@ -178,7 +178,7 @@ class TasksDispatcher:
                 # every run recorded ahead, which the outbox reads as a lost message.
                 if not message.enqueued:  # not on the backend already, enqueued ahead
                     run_after = message.eta if later else (message.due if defers else None)
-                    self._enqueue(message, run_after)
+                    self._enqueue(message, found, run_after)
             except Unsendable as exc:
                 self._fail(message, exc)
                 continue
@@ -194,13 +194,14 @@ class TasksDispatcher:
         by_due: dict[tuple[datetime, bool], list[OutboxMessage]] = {}
         enqueued: list[tuple[int, str]] = []
         for message in messages:
-            try:
-                deferred = bool(message.enqueued) or self._defers(message)
-            except Unsendable:
-                deferred = False  # failed at its instant, with the reason
-            if deferred and not message.enqueued:
+            found = None
+            if not message.enqueued:
+                with contextlib.suppress(Unsendable):  # failed at its instant, with the reason
+                    found = self._target(message)
+            deferred = bool(message.enqueued) or (found is not None and self._defers(found))
+            if found is not None and deferred and not message.enqueued:
                 try:
-                    enqueued.append((message.run_id, self._enqueue(message, message.due)))
+                    enqueued.append((message.run_id, self._enqueue(message, found, message.due)))
                 except Exception as exc:
                     logger.warning("run.defer_failed run=%s error=%s", message.run_id, exc)
                     deferred = False
@@ -210,8 +211,8 @@ class TasksDispatcher:
         except DatabaseError as exc:  # a leader that takes them over enqueues them again
             logger.warning("runs.enqueued_ahead_not_noted count=%s error=%s", len(enqueued), exc)
         groups = [
-            TasksGroup(due=due, messages=found, enqueued=deferred)
-            for (due, deferred), found in by_due.items()
+            TasksGroup(due=due, messages=grouped, enqueued=deferred)
+            for (due, deferred), grouped in by_due.items()
         ]
         return sorted(groups, key=lambda group: group.due)
 

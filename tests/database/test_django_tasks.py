@@ -176,17 +176,25 @@ def test_an_expired_message_is_recorded_missed_and_runs_nothing():
     assert NOT_RUN in results()[0].return_value
 
 
-def test_a_task_that_cannot_be_enqueued_fails_its_run_and_not_the_batch():
+@pytest.mark.parametrize(
+    ("edit", "said"),
+    [
+        # A queue the backend does not have (a raw edit, or the backend's QUEUES changed since).
+        ({"queue": "nowhere"}, "Backend 'default' has no queue 'nowhere' (it has: default, reports)"),
+        # A priority outside the range the backend takes: the same words as the job's form.
+        ({"priority": 200}, "Backend 'default' refuses priority 200"),
+    ],
+)
+def test_a_task_that_cannot_be_enqueued_fails_its_run_and_not_the_batch(edit, said):
     good = make_run(make_job(task="tests.testapp.dtasks.record", args=["good"]))
     bad_job = make_job(task="tests.testapp.dtasks.record", args=["bad"])
-    # A queue the backend does not have (a raw edit, or the backend's QUEUES changed since).
-    type(bad_job).all_objects.filter(pk=bad_job.pk).update(queue="nowhere")
+    type(bad_job).all_objects.filter(pk=bad_job.pk).update(**edit)
     bad = make_run(type(bad_job).all_objects.get(pk=bad_job.pk))
     messages = [OutboxMessage.for_run(JobRun.objects.get(pk=r.pk)) for r in (bad, good)]
     assert TasksDispatcher().publish(messages) == [good.task_id]
     bad.refresh_from_db()
     assert bad.status == RunStatus.FAILED
-    assert "nowhere" in bad.error
+    assert said in bad.error
     drain()
     assert Execution.objects.filter(label="good").count() == 1
 
