@@ -32,6 +32,10 @@ class PublishFailed(Exception):
         self.published = published
         self.cause = cause
 
+    @property
+    def done(self) -> list[str]:
+        return self.published
+
 
 class SendFailed(Exception):
     """Sending prepared messages failed; ``sent`` lists the runs whose messages got through."""
@@ -40,6 +44,10 @@ class SendFailed(Exception):
         super().__init__(f"sending prepared messages failed after {len(sent)}: {cause}")
         self.sent = sent
         self.cause = cause
+
+    @property
+    def done(self) -> list[int]:
+        return self.sent
 
 
 def publish_runs(

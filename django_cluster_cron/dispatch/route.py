@@ -8,9 +8,10 @@ adapter only when a Celery task is sent, so a project without Celery never reach
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import functools
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from ..djtasks_app import resolve_task
 from ..ledger.outbox import OutboxMessage
@@ -19,6 +20,27 @@ from .port import Dispatcher, Prepared, PublishFailed, SendFailed
 
 CELERY = "celery"
 DJANGO_TASKS = "django.tasks"
+
+T = TypeVar("T")
+
+
+def _every(
+    calls: Iterable[Callable[[], list[T]]], failed: type[PublishFailed | SendFailed]
+) -> list[T]:
+    """Each adapter's call, in turn, whether or not one before it failed: one execution system
+    failing does not hold up the other's runs. What got through; ``failed`` (with that, and the
+    first failure's cause) when any call failed."""
+    done: list[T] = []
+    failure: BaseException | None = None
+    for call in calls:
+        try:
+            done += call()
+        except failed as exc:
+            done += cast("list[T]", exc.done)
+            failure = failure or exc.cause
+    if failure is not None:
+        raise failed(done, failure)  # type: ignore[arg-type]
+    return done
 
 
 class RoutingDispatcher:
@@ -67,17 +89,9 @@ class RoutingDispatcher:
         """Each adapter's messages in their order. One execution system failing does not hold up
         the other's runs: it publishes its messages too, then :class:`PublishFailed` says what
         got through (the failed system's runs stay pending for the outbox)."""
-        published: list[str] = []
-        failure: BaseException | None = None
-        for kind, part in self._split(messages).items():
-            try:
-                published += self._adapter(kind).publish(part)
-            except PublishFailed as exc:
-                published += exc.published
-                failure = failure or exc.cause
-        if failure is not None:
-            raise PublishFailed(published, failure)
-        return published
+        parts = self._split(messages).items()
+        calls = [functools.partial(self._adapter(kind).publish, part) for kind, part in parts]
+        return _every(calls, PublishFailed)
 
     def prepare(self, messages: Sequence[OutboxMessage]) -> list[Prepared]:
         groups: list[Prepared] = []
@@ -91,16 +105,9 @@ class RoutingDispatcher:
         up the other's runs (:class:`SendFailed` says which runs went out)."""
         ours = [g for g in groups if isinstance(g, TasksGroup)]
         theirs = [g for g in groups if not isinstance(g, TasksGroup)]
-        sent: list[int] = []
-        failure: BaseException | None = None
-        for adapter, part in ((self.celery if theirs else None, theirs), (self.tasks, ours)):
-            if adapter is None or not part:
-                continue
-            try:
-                sent += adapter.send_prepared(part, keep)
-            except SendFailed as exc:
-                sent += exc.sent
-                failure = failure or exc.cause
-        if failure is not None:
-            raise SendFailed(sent, failure)
-        return sent
+        calls = []
+        if theirs:
+            calls.append(functools.partial(self.celery.send_prepared, theirs, keep))
+        if ours:
+            calls.append(functools.partial(self.tasks.send_prepared, ours, keep))
+        return _every(calls, SendFailed)
