@@ -8,7 +8,7 @@ Each system runs as its own process, started the way its users start it: ours
 ``-S redbeat.RedBeatScheduler``. Idle: N jobs none due, the process runs for a few seconds (it has
 loaded and ticked), then its VmHWM (peak RSS, /proc/<pid>/status) is read. Burst: N jobs each
 owing one slot; VmHWM once all N messages are in the broker (or at --cap). Ours only, "ahead":
-N jobs due together at a minute that is still to come, so the scheduler records all N ahead
+N jobs due together at a second still to come, so the scheduler records all N ahead
 and holds their built messages until then (LOOKAHEAD_RUNS bounds them); VmHWM once all N are
 in the broker. Target: ours flat in N, idle and through a burst; recorded ahead, the
 memory held is bounded by LOOKAHEAD_RUNS, not by N (reported per run held).
@@ -100,13 +100,13 @@ def run_process(
 
 
 def setup_ahead(n: int) -> float:
-    """N jobs due together at the next minute boundary at least 15 s and N/2000 s away (they
-    are recorded ahead, LOOKAHEAD 60 s before it); returns how long until then."""
+    """N jobs due together at a second 15 s and N/2000 s away (a six-field cron: they are
+    recorded ahead, LOOKAHEAD 60 s before it); returns how long until then."""
     from django_cluster_cron.models import JobDefinition
 
     lead = max(15.0, n / 2000)
-    slot = peers.minute_floor(peers.now() + timedelta(seconds=lead + 60))
-    peers.setup_ours(n, f"{slot.minute} {slot.hour} * * *")
+    slot = (peers.now() + timedelta(seconds=lead + 1)).replace(microsecond=0)
+    peers.setup_ours(n, f"{slot.minute} {slot.hour} * * * {slot.second}")
     JobDefinition.objects.update(last_scheduled_at=peers.now(), next_run_at=slot)
     return (slot - peers.now()).total_seconds()
 
