@@ -22,8 +22,10 @@ project's default), the common real case.
 started; its latencies are counted from the first body's start. A scheduler cannot finish a
 burst sooner than the worker drains it.
 
-Also printed: executions beyond one per job (none expected from any system) and, for ours, runs
-the outbox sent more than once. A trial that has not finished within ``--cap`` seconds of its
+Also printed: executions beyond one per job (none expected from any system), for ours the runs
+the outbox sent more than once, and for each system the CPU time each group of processes used
+through the burst, in ms a run (``_cpu.py``: the worker's main and pool processes, the scheduler,
+PostgreSQL, the bench's Redis). A trial that has not finished within ``--cap`` seconds of its
 slot, or whose scheduler process exited, reports what had finished then.
 """
 
@@ -41,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import _peers
+from _cpu import GROUPS, CpuMeter
 from _procs import (
     DATABASE_SCHEDULER,
     REDBEAT_SCHEDULER,
@@ -132,16 +135,24 @@ def trial(
     name = f"{system}-{n}-{kind}"
     notes: dict[str, Any] = {}
     args = ARGS[kind]
+    meter = CpuMeter()
+    meter.redis_port = int(env["REDIS_URL"].rsplit(":", 1)[1].split("/")[0])
     try:
         if system == "drain":
             publish_bare(n, args)
             worker = start_worker(child, f"{name}-worker", concurrency)
+            meter.worker = worker.pid
+            meter.start()
             try:
                 found = wait_for_stamps(stamps, n, time.time() + cap)
             finally:
+                meter.stop()
                 stop(worker)
-            return found, min((s[1] for s in found), default=time.time()), notes
+            zero = min((s[1] for s in found), default=time.time())
+            notes["cpu_s"] = meter.between(zero, max((s[2] for s in found), default=zero))
+            return found, zero, notes
         worker = start_worker(child, f"{name}-worker", concurrency)
+        meter.worker = worker.pid
         scheduler = None
         try:
             # Set-up before the slot: 20 s, plus time for the peers' per-entry saves. The peers'
@@ -157,6 +168,8 @@ def trial(
                 which = REDBEAT_SCHEDULER if system == "redbeat" else DATABASE_SCHEDULER
                 conf = REDBEAT_CONF if system == "redbeat" else None
                 scheduler = start_beat(child, which, f"{name}-scheduler", conf)
+            meter.scheduler = scheduler.pid
+            meter.start()
             ahead = (slot - datetime.now(timezone.utc)).total_seconds()
             if ahead < 5:
                 notes["late_setup_s"] = round(-ahead, 1)
@@ -168,9 +181,12 @@ def trial(
 
                 notes["republished"] = JobRun.objects.filter(publish_count__gt=1).count()
         finally:
+            meter.stop()
             if scheduler is not None:
                 stop(scheduler)
             stop(worker)
+        last = max((s[2] for s in found), default=slot.timestamp())
+        notes["cpu_s"] = meter.between(slot.timestamp(), last)
         return found, slot.timestamp(), notes
     finally:
         shutil.rmtree(stamps, ignore_errors=True)
@@ -197,6 +213,17 @@ def measured(
         "p99": percentile(finished, 99),
         "max": max(finished),
     }
+
+
+def cpu_line(used: list[dict[str, float]], wall: float, n: int) -> str:
+    """CPU by process group through the burst (medians over the reps), ms a run, and cores."""
+    used = [u for u in used if u]
+    if not used or not wall or math.isnan(wall):
+        return ""
+    median = {g: statistics.median(u.get(g, 0.0) for u in used) for g in GROUPS}
+    total = sum(median.values())
+    parts = ", ".join(f"{g} {1000 * v / n:.2f}" for g, v in median.items() if v > 0)
+    return f"CPU ms a run: {parts}; total {1000 * total / n:.2f} ({total / wall:.2f} cores busy)"
 
 
 def main() -> None:
@@ -233,11 +260,13 @@ def main() -> None:
             results: dict[str, dict[str, float]] = {}
             for system in systems:
                 reps = []
+                used: list[dict[str, float]] = []
                 for _ in range(args.reps):
                     found, zero, notes = trial(
                         env, system, n, kind, args.concurrency, args.cap, not args.quick
                     )
                     reps.append(measured(found, zero, n, notes))
+                    used.append(notes.pop("cpu_s", {}))
                 m = {key: statistics.median(r[key] for r in reps) for key in reps[0]}
                 results[system] = m
                 print(
@@ -245,6 +274,9 @@ def main() -> None:
                     f"   {m['p50']:7.2f} /{m['p99']:7.2f} /{m['max']:7.2f}"
                     f"  {json.dumps(notes) if notes else ''}"
                 )
+                cpu = cpu_line(used, m["max"], n)
+                if cpu:
+                    print(f"  {'':<24} {cpu}")
                 note = ", ".join(f"{k} {v}" for k, v in notes.items())
                 for key, metric in (
                     ("start_p50", "started, p50"),
