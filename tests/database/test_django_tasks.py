@@ -180,7 +180,10 @@ def test_an_expired_message_is_recorded_missed_and_runs_nothing():
     ("edit", "said"),
     [
         # A queue the backend does not have (a raw edit, or the backend's QUEUES changed since).
-        ({"queue": "nowhere"}, "Backend 'default' has no queue 'nowhere' (it has: default, reports)"),
+        (
+            {"queue": "nowhere"},
+            "Backend 'default' has no queue 'nowhere' (it has: default, reports)",
+        ),
         # A priority outside the range the backend takes: the same words as the job's form.
         ({"priority": 200}, "Backend 'default' refuses priority 200"),
     ],
