@@ -162,7 +162,7 @@ def target(path: str) -> Target | None:
     path names no such task; :class:`Refused` (field ``task``) when its backend is not
     configured."""
     task = resolve_task(path)
-    framework = framework_of(task) if task is not None else None
+    framework = framework_of(task)  # None for None: resolve_task found no such task
     if task is None or framework is None:
         return None
     try:
