@@ -51,15 +51,18 @@ def previous_release() -> Iterator[Path]:
     shutil.rmtree(where, ignore_errors=True)
 
 
-def assert_every_run_sent_succeeded(job) -> None:
+def assert_every_run_sent_succeeded(cluster, job) -> None:
     """Once the runs sent have finished: every slot has one run, and every run that was sent
     succeeded (runs recorded ahead of their time stay ``pending`` for the next leader)."""
     sent = JobRun.objects.filter(job=job).exclude(status=RunStatus.PENDING)
-    wait_for(
-        lambda: not sent.filter(status__in=[RunStatus.QUEUED, RunStatus.RUNNING]).exists(),
-        60,
-        "every run sent to finish",
-    )
+    unfinished = sent.filter(status__in=[RunStatus.QUEUED, RunStatus.RUNNING])
+
+    def which() -> str:
+        runs = list(unfinished.values_list("id", "scheduled_for", "status", "task_id"))
+        logs = "\n".join(f"--- {name}\n{cluster.log(name)[-6000:]}" for name in cluster.procs)
+        return f"unfinished: {runs}\n{logs}"
+
+    wait_for(lambda: not unfinished.exists(), 60, "every run sent to finish", detail=which)
     assert_every_slot_once(job)
     assert set(sent.values_list("status", flat=True)) == {RunStatus.SUCCESS}
 
@@ -85,14 +88,47 @@ def test_a_new_leader_sends_old_workers_the_old_form_then_the_jobs_task(cluster,
     cluster.wait_ready("new")
     cluster.procs["old"].send_signal(signal.SIGTERM)
     assert cluster.procs["old"].wait(60) == 0
-    wait_for(lambda: "dispatch.message_form form=task" in cluster.log("a"), 60, "the switch")
+    # The old worker is forgotten once silent for FORGET_AFTER probes, then AGREE probes switch.
+    wait_for(lambda: "dispatch.message_form form=task" in cluster.log("a"), 180, "the switch")
+    assert "dispatch.form_worker_gone" in cluster.log("a")
     wait_for(lambda: "Task tests.add[" in cluster.log("new"), 60, "the job's own task received")
     settled = JobRun.objects.filter(job=job).count()
     wait_for(lambda: successes(job, settled + 3), 60, "three more runs after the switch")
     cluster.procs["a"].send_signal(signal.SIGTERM)
     assert cluster.procs["a"].wait(60) == 0
     # Every slot once; every run sent succeeded, whichever form and worker it went through.
-    assert_every_run_sent_succeeded(job)
+    assert_every_run_sent_succeeded(cluster, job)
+
+
+def test_an_old_worker_that_cannot_answer_for_a_while_still_holds_the_old_form(
+    cluster, previous_release
+):
+    """A worker of the previous release stopped (SIGSTOP: a loaded host, a blocked event loop)
+    misses probes while a new worker answers them all: the leader keeps the old form, which the
+    old worker, once it goes on, would otherwise run as a plain call."""
+    auto = {"MESSAGE_FORM": "auto", "MESSAGE_FORM_PROBE_INTERVAL": 1}
+    cluster.worker("old", code=previous_release)
+    cluster.worker("new")
+    cluster.wait_ready("old")
+    cluster.wait_ready("new")
+    job = every_second_job("paused")
+    cluster.start("a", settings=auto)
+    wait_for(lambda: successes(job, 3), 60, "three runs")
+    old = cluster.procs["old"]
+    old.send_signal(signal.SIGSTOP)
+    try:
+        # More probes than AGREE in a row without the old worker, fewer than FORGET_AFTER.
+        wait_for(lambda: "silent_probes=5" in cluster.log("a"), 120, "five silent probes")
+    finally:
+        old.send_signal(signal.SIGCONT)
+    settled = JobRun.objects.filter(job=job).count()
+    wait_for(lambda: successes(job, settled + 3), 60, "three more runs")
+    for name in ("a", "old"):
+        cluster.procs[name].send_signal(signal.SIGTERM)
+        assert cluster.procs[name].wait(60) == 0
+    assert "dispatch.message_form form=task" not in cluster.log("a")
+    assert "Task tests.add[" not in cluster.log("old")
+    assert_every_run_sent_succeeded(cluster, job)
 
 
 def test_new_workers_run_what_a_previous_leader_sends(cluster, previous_release):
@@ -105,4 +141,4 @@ def test_new_workers_run_what_a_previous_leader_sends(cluster, previous_release)
     cluster.procs["old-leader"].send_signal(signal.SIGTERM)
     assert cluster.procs["old-leader"].wait(60) == 0
     # Every slot once; every run sent succeeded, whichever form and worker it went through.
-    assert_every_run_sent_succeeded(job)
+    assert_every_run_sent_succeeded(cluster, job)

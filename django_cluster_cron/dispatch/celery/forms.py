@@ -9,8 +9,14 @@ runs (new workers keep the task).
 
 ``MESSAGE_FORM`` (a setting) chooses: ``"task"`` or ``"execute_run"`` always, or ``"auto"``
 (the default): a thread asks the workers which tasks they have (``inspect().registered()``,
-at start and every ``MESSAGE_FORM_PROBE_INTERVAL`` seconds) and the job's own task is sent only once
-every worker that answers registers :data:`MARKER`, the task that says "I claim job tasks".
+at start and every ``MESSAGE_FORM_PROBE_INTERVAL`` seconds) and the job's own task is sent only
+once every worker registers :data:`MARKER`, the task that says "I claim job tasks".
+
+A worker that is slow to answer (a loaded host, a busy event loop) is not a worker that is gone,
+so one probe's answers are not enough (:class:`FormVote`): a worker heard without the marker is
+remembered until it answers with it (restarted on the new release) or has been silent for
+:data:`FORGET_AFTER` probes in a row, and the job's task is sent only after :data:`AGREE`
+probes in a row found every worker answering with the marker and none remembered without it.
 No answer (no worker up yet, the broker away) keeps the old form, which is always safe.
 """
 
@@ -18,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from celery import Celery
@@ -31,12 +38,42 @@ MARKER = "django_cluster_cron.runs_job_tasks"
 PROBE_TIMEOUT = 2.0
 
 
-def workers_run_job_tasks(registered: dict[str, list[str]] | None) -> bool:
-    """Whether the answers to ``inspect().registered()`` allow the job's own task: at least
-    one worker answered and every one that did registers :data:`MARKER`."""
-    if not registered:
-        return False
-    return all(MARKER in (names or ()) for names in registered.values())
+# Probes in a row a worker heard without MARKER must stay silent before it counts as gone.
+FORGET_AFTER = 10
+# Probes in a row that must allow the job's own task before the leader sends it.
+AGREE = 3
+
+
+class FormVote:
+    """The ``auto`` form's decision from successive probes' answers (pure; no Celery)."""
+
+    def __init__(self, forget_after: int = FORGET_AFTER, agree: int = AGREE) -> None:
+        self.forget_after = forget_after
+        self.agree = agree
+        self.old: dict[str, int] = {}  # hostname heard without MARKER -> probes silent since
+        self.streak = 0
+        self.own_task = False
+
+    def count(self, registered: Mapping[str, Iterable[str] | None] | None) -> dict[str, int]:
+        """Take one probe's answers (``inspect().registered()``; None or {} when none came).
+        Returns the workers heard without the marker that were silent this time, each with
+        its probes silent in a row; those at :attr:`forget_after` are forgotten."""
+        answers = registered or {}
+        silent = {}
+        for host in list(self.old):
+            if host not in answers:
+                silent[host] = self.old[host] = self.old[host] + 1
+                if self.old[host] >= self.forget_after:
+                    del self.old[host]
+        for host, names in answers.items():
+            if MARKER in (names or ()):
+                self.old.pop(host, None)
+            else:
+                self.old[host] = 0
+        allowed = bool(answers) and not self.old
+        self.streak = self.streak + 1 if allowed else 0
+        self.own_task = self.streak >= self.agree
+        return silent
 
 
 class FormProbe:
@@ -45,11 +82,15 @@ class FormProbe:
     def __init__(self, app: Celery, interval: float) -> None:
         self.app = app
         self.interval = interval
-        self.own_task = False
+        self.vote = FormVote()
         self.answered = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="cluster-cron-form", daemon=True)
         self._thread.start()
+
+    @property
+    def own_task(self) -> bool:
+        return self.vote.own_task
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -63,14 +104,21 @@ class FormProbe:
             logger.debug("dispatch.form_probe_failed error=%s", exc)
             self.answered.set()
             return
-        own = workers_run_job_tasks(registered)
-        if own != self.own_task:
+        before = self.vote.own_task
+        for host, probes in self.vote.count(registered).items():
+            gone = probes >= self.vote.forget_after
+            logger.info(
+                "dispatch.form_worker_%s worker=%s silent_probes=%d",
+                "gone" if gone else "silent",
+                host,
+                probes,
+            )
+        if self.vote.own_task != before:
             logger.info(
                 "dispatch.message_form form=%s workers=%d",
-                "task" if own else "execute_run",
+                "task" if self.vote.own_task else "execute_run",
                 len(registered or {}),
             )
-        self.own_task = own
         self.answered.set()
 
     def stop(self) -> None:
