@@ -18,36 +18,43 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 from ..ledger.outbox import OutboxMessage
 
+T = TypeVar("T")
 
-class PublishFailed(Exception):
+
+class PartlyDone(Exception, Generic[T]):
+    """A send that failed part-way: ``done`` lists what got through before ``cause``."""
+
+    failed = "sending failed after {n}"
+
+    def __init__(self, done: list[T], cause: BaseException) -> None:
+        super().__init__(f"{self.failed.format(n=len(done))}: {cause}")
+        self.done = done
+        self.cause = cause
+
+
+class PublishFailed(PartlyDone[str]):
     """The broker refused or could not be reached; ``published`` lists the task ids that got
     through before it did."""
 
-    def __init__(self, published: list[str], cause: BaseException) -> None:
-        super().__init__(f"publish failed after {len(published)} messages: {cause}")
-        self.published = published
-        self.cause = cause
+    failed = "publish failed after {n} messages"
 
     @property
-    def done(self) -> list[str]:
-        return self.published
+    def published(self) -> list[str]:
+        return self.done
 
 
-class SendFailed(Exception):
+class SendFailed(PartlyDone[int]):
     """Sending prepared messages failed; ``sent`` lists the runs whose messages got through."""
 
-    def __init__(self, sent: list[int], cause: BaseException) -> None:
-        super().__init__(f"sending prepared messages failed after {len(sent)}: {cause}")
-        self.sent = sent
-        self.cause = cause
+    failed = "sending prepared messages failed after {n}"
 
     @property
-    def done(self) -> list[int]:
-        return self.sent
+    def sent(self) -> list[int]:
+        return self.done
 
 
 def publish_runs(

@@ -11,12 +11,12 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from ..djtasks_app import resolve_task
 from ..ledger.outbox import OutboxMessage
 from .djtasks import TasksDispatcher, TasksGroup
-from .port import Dispatcher, Prepared, PublishFailed, SendFailed
+from .port import Dispatcher, PartlyDone, Prepared, PublishFailed, SendFailed
 
 CELERY = "celery"
 DJANGO_TASKS = "django.tasks"
@@ -24,9 +24,7 @@ DJANGO_TASKS = "django.tasks"
 T = TypeVar("T")
 
 
-def _every(
-    calls: Iterable[Callable[[], list[T]]], failed: type[PublishFailed | SendFailed]
-) -> list[T]:
+def _every(calls: Iterable[Callable[[], list[T]]], failed: type[PartlyDone[T]]) -> list[T]:
     """Each adapter's call, in turn, whether or not one before it failed: one execution system
     failing does not hold up the other's runs. What got through; ``failed`` (with that, and the
     first failure's cause) when any call failed."""
@@ -36,10 +34,10 @@ def _every(
         try:
             done += call()
         except failed as exc:
-            done += cast("list[T]", exc.done)
+            done += exc.done
             failure = failure or exc.cause
     if failure is not None:
-        raise failed(done, failure)  # type: ignore[arg-type]
+        raise failed(done, failure)
     return done
 
 
