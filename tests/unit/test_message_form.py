@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from django_cluster_cron.dispatch.celery.forms import AGREE, FORGET_AFTER, MARKER, FormVote
+from django_cluster_cron.dispatch.celery.forms import (
+    AGREE,
+    CONFIRM_PAUSE,
+    FORGET_AFTER,
+    MARKER,
+    FormVote,
+)
 
 NEW = ["tests.add", MARKER]
 OLD = ["tests.add", "django_cluster_cron.execute_run"]
@@ -69,3 +75,16 @@ def test_one_old_answer_goes_back_to_the_old_form_at_once():
 def test_a_worker_whose_answer_lists_nothing_is_taken_as_old():
     assert not vote_over(*[{"new@b": NEW, "odd@c": []}] * AGREE).own_task
     assert not vote_over(*[{"new@b": NEW, "odd@c": None}] * AGREE).own_task
+
+
+def test_an_agreeing_streak_is_confirmed_quickly_then_the_interval_returns():
+    vote = FormVote()
+    pauses = []
+    for _ in range(AGREE + 1):
+        vote.count({"new@a": NEW})
+        pauses.append(vote.pause(30.0))
+    assert pauses == [CONFIRM_PAUSE] * (AGREE - 1) + [30.0, 30.0]
+    confirming = vote_over({"new@a": NEW})
+    assert confirming.pause(0.5) == 0.5  # never longer than the interval
+    vote.count({"new@a": NEW, "old@b": OLD})
+    assert vote.pause(30.0) == 30.0  # no streak: the interval

@@ -40,8 +40,11 @@ PROBE_TIMEOUT = 2.0
 
 # Probes in a row a worker heard without MARKER must stay silent before it counts as gone.
 FORGET_AFTER = 10
-# Probes in a row that must allow the job's own task before the leader sends it.
+# Probes in a row that must allow the job's own task before the leader sends it; once one has,
+# the next come after CONFIRM_PAUSE seconds (not the interval), so a leader that starts in an
+# upgraded cluster sends the job's task within seconds.
 AGREE = 3
+CONFIRM_PAUSE = 1.0
 
 
 class FormVote:
@@ -75,6 +78,11 @@ class FormVote:
         self.own_task = self.streak >= self.agree
         return silent
 
+    def pause(self, interval: float) -> float:
+        """Seconds until the next probe: ``interval``, shorter while a streak is confirming."""
+        confirming = 0 < self.streak < self.agree
+        return min(interval, CONFIRM_PAUSE) if confirming else interval
+
 
 class FormProbe:
     """The ``auto`` form: asks the workers, in a daemon thread, which form they all run."""
@@ -95,7 +103,7 @@ class FormProbe:
     def _loop(self) -> None:
         while not self._stop.is_set():
             self.probe()
-            self._stop.wait(self.interval)
+            self._stop.wait(self.vote.pause(self.interval))
 
     def probe(self) -> None:
         try:
