@@ -3,7 +3,7 @@ ours, celery-redbeat and django-celery-beat with the same worker and task, besid
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/bench .venv/bin/python bench/end_to_end.py \\
         [--sizes 2000 10000] [--tasks trivial write] [--systems drain ours redbeat beat] \\
-        [--reps 1] [--concurrency 4] [--cap 900] [--quick] [--json PATH]
+        [--reps 1] [--concurrency 4] [--cap 900] [--quick] [--json PATH] [--profile SECONDS]
 
 Each trial starts from an empty database and broker, then one Celery worker of the test app
 (prefork, ``--concurrency`` processes, INFO log, the same for every system) and the system's
@@ -25,8 +25,10 @@ burst sooner than the worker drains it.
 Also printed: executions beyond one per job (none expected from any system), for ours the runs
 the outbox sent more than once, and for each system the CPU time each group of processes used
 through the burst, in ms a run (``_cpu.py``: the worker's main and pool processes, the scheduler,
-PostgreSQL, the bench's Redis). A trial that has not finished within ``--cap`` seconds of its
-slot, or whose scheduler process exited, reports what had finished then.
+PostgreSQL, the bench's Redis). ``--profile SECONDS``: where one pool process's Python time goes,
+function by function, through an extra burst of each system, not counted (``_profile.py``;
+needs py-spy). A trial that has not finished within ``--cap`` seconds of its slot, or whose
+scheduler process exited, reports what had finished then.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ from _procs import (
     stop,
     write_json,
 )
+from _profile import PoolProfile
 
 TASK = "tests.stamp"
 ARGS = {"trivial": [], "write": [True]}
@@ -124,8 +127,10 @@ def trial(
     concurrency: int,
     cap: float,
     minute: bool = True,
+    profile: PoolProfile | None = None,
 ) -> tuple[list[tuple[str, float, float]], float, dict[str, Any]]:
-    """One burst: (stamps, zero time, notes)."""
+    """One burst: (stamps, zero time, notes). ``profile``: sample a pool process from the
+    slot (the drain's start) on."""
     clean(env["REDIS_URL"])
     from tests.testapp.models import Execution
 
@@ -143,6 +148,8 @@ def trial(
             worker = start_worker(child, f"{name}-worker", concurrency)
             meter.worker = worker.pid
             meter.start()
+            if profile is not None:
+                profile.start(worker.pid, time.time())
             try:
                 found = wait_for_stamps(stamps, n, time.time() + cap)
             finally:
@@ -170,6 +177,8 @@ def trial(
                 scheduler = start_beat(child, which, f"{name}-scheduler", conf)
             meter.scheduler = scheduler.pid
             meter.start()
+            if profile is not None:
+                profile.start(worker.pid, slot.timestamp())
             ahead = (slot - datetime.now(timezone.utc)).total_seconds()
             if ahead < 5:
                 notes["late_setup_s"] = round(-ahead, 1)
@@ -238,6 +247,12 @@ def main() -> None:
         "--quick", action="store_true", help="CI smoke run: 200 jobs, trivial, ours and the drain"
     )
     parser.add_argument("--json", help="write the results here (see bench/README.md)")
+    parser.add_argument(
+        "--profile",
+        type=float,
+        metavar="SECONDS",
+        help="sample one pool process with py-spy for this long from each system's first burst",
+    )
     args = parser.parse_args()
     if args.quick:
         args.sizes, args.tasks, args.systems = [200], ["trivial"], ["drain", "ours"]
@@ -261,9 +276,13 @@ def main() -> None:
             for system in systems:
                 reps = []
                 used: list[dict[str, float]] = []
+                minute = not args.quick
+                profile = PoolProfile(args.profile) if args.profile else None
+                if profile is not None:  # a burst of its own: sampling slows the one it watches
+                    trial(env, system, n, kind, args.concurrency, args.cap, minute, profile)
                 for _ in range(args.reps):
                     found, zero, notes = trial(
-                        env, system, n, kind, args.concurrency, args.cap, not args.quick
+                        env, system, n, kind, args.concurrency, args.cap, minute
                     )
                     reps.append(measured(found, zero, n, notes))
                     used.append(notes.pop("cpu_s", {}))
@@ -277,6 +296,8 @@ def main() -> None:
                 cpu = cpu_line(used, m["max"], n)
                 if cpu:
                     print(f"  {'':<24} {cpu}")
+                for line in profile.lines() if profile is not None else ():
+                    print(f"  {'':<24} {line}")
                 note = ", ".join(f"{k} {v}" for k, v in notes.items())
                 for key, metric in (
                     ("start_p50", "started, p50"),
