@@ -601,9 +601,12 @@ class Chaos:
         report = self.report
         runs = list(
             JobRun.objects.values(
+                "id",
                 "job_id",
                 "scheduled_for",
                 "status",
+                "publish_count",
+                "trigger",
                 "epoch",
                 "dispatched_by",
                 "created_at",
@@ -676,18 +679,24 @@ class Chaos:
         # sent it (it may have been recorded ahead by the one before): its time is when it was
         # sent, or recorded if it never was.
         holders: dict[int, set[str]] = defaultdict(set)
-        spans_by_epoch: dict[int, list[datetime]] = defaultdict(list)
+        spans_by_epoch: dict[int, list[tuple[datetime, dict[str, Any]]]] = defaultdict(list)
         for r in runs:
             if r["epoch"] is not None:
                 holders[r["epoch"]].add(r["dispatched_by"])
-                spans_by_epoch[r["epoch"]].append(r["queued_at"] or r["created_at"])
+                spans_by_epoch[r["epoch"]].append((r["queued_at"] or r["created_at"], r))
         for epoch, nodes in holders.items():
             if len(nodes) > 1:
                 report.fail(f"epoch {epoch} used by several nodes: {sorted(nodes)}")
         ordered = sorted(spans_by_epoch)
         for older, newer in itertools.pairwise(ordered):
-            if max(spans_by_epoch[older]) > min(spans_by_epoch[newer]):
-                report.fail(f"epoch {older} wrote after epoch {newer} had started")
+            last = max(spans_by_epoch[older], key=lambda span: span[0])
+            first = min(spans_by_epoch[newer], key=lambda span: span[0])
+            if last[0] > first[0]:
+                # Both rows, whole: which write, by whom, and what it was.
+                report.fail(
+                    f"epoch {older} wrote after epoch {newer} had started: "
+                    f"last of {older} {last[1]}; first of {newer} {first[1]}"
+                )
 
         statuses = Counter(r["status"] for r in runs)
         report.numbers = {
