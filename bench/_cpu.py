@@ -22,7 +22,7 @@ TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 GROUPS = ("worker main", "worker children", "scheduler", "postgres", "redis")
 
 
-def _stat(pid: int) -> tuple[int, float] | None:
+def stat(pid: int) -> tuple[int, float] | None:
     """(parent pid, CPU seconds used) of a live process, or None."""
     try:
         fields = (PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
@@ -76,7 +76,7 @@ class CpuMeter:
             if not entry.name.isdigit():
                 continue
             pid = int(entry.name)
-            found = _stat(pid)
+            found = stat(pid)
             if found is None:
                 continue
             group = self._group(pid, found[0])

@@ -21,21 +21,18 @@ import threading
 import time
 from pathlib import Path
 
+from _cpu import stat
+
 PROC = Path("/proc")
 
 
-def _children(pid: int) -> dict[int, int]:
-    """The child processes of ``pid``, each with the CPU ticks it has used."""
+def _children(pid: int) -> dict[int, float]:
+    """The child processes of ``pid``, each with the CPU seconds it has used."""
     found = {}
     for entry in os.scandir(PROC):
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (PROC / entry.name / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(stat[1]) == pid:
-            found[int(entry.name)] = int(stat[11]) + int(stat[12])
+        read = stat(int(entry.name)) if entry.name.isdigit() else None
+        if read is not None and read[0] == pid:
+            found[int(entry.name)] = read[1]
     return found
 
 

@@ -24,15 +24,16 @@ import os
 import statistics
 import time
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
-TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+from _cpu import stat
 
 
 def server_cpu(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
+    read = stat(pid)
+    if read is None:
+        raise SystemExit(f"cannot read the CPU time of the server process {pid} in /proc")
+    return read[1]
 
 
 def client_cpu() -> float:

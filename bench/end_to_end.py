@@ -251,7 +251,7 @@ def main() -> None:
         "--profile",
         type=float,
         metavar="SECONDS",
-        help="sample one pool process with py-spy for this long from each system's first burst",
+        help="sample a pool process with py-spy for this long in an extra, uncounted burst",
     )
     args = parser.parse_args()
     if args.quick:
