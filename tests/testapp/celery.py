@@ -5,9 +5,10 @@ Start a worker for the multi-process tests (tests/cluster) with::
     DJANGO_SETTINGS_MODULE=tests.settings celery -A tests.testapp.celery:app worker
 """
 
+import logging
 import os
 
-from celery import Celery
+from celery import Celery, signals
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
 
@@ -17,13 +18,18 @@ app = Celery("tests")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
+
+@signals.after_setup_logger.connect(weak=False)
+def _each_line_once(**info):
+    """The suite's settings give this app's logger a handler of its own; in a worker, Celery
+    also gives the root logger one. Without this, each line of the app's would be written (and
+    paid for) twice, and a test counting lines would count every event double."""
+    logging.getLogger("django_cluster_cron").propagate = False
+
+
 if os.environ.get("TEST_LOG_TASK_SIGNALS"):
     # What a project's own signal receivers see in the worker (tests/cluster/
     # test_what_celery_sees.py reads these lines from the worker's log).
-    import logging
-
-    from celery import signals
-
     _seen = logging.getLogger("tests.task_signals")
 
     @signals.task_prerun.connect(weak=False)
@@ -40,7 +46,6 @@ if os.environ.get("TEST_LOG_TASK_SIGNALS"):
 if os.environ.get("TEST_LOG_DB_CONNECTIONS"):
     # Every database connection the worker's processes open (tests/cluster/
     # test_worker_processes.py counts these lines).
-    import logging
     import threading
 
     from django.db.backends.signals import connection_created
