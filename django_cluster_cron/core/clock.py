@@ -1,20 +1,28 @@
 """A host clock corrected to a reference clock (the database server's), and its skew state.
 
 Pure: the caller passes every reading. :class:`OffsetClock` keeps the host's offset from the
-reference, estimated from a round trip that returned the reference time (the reference instant
-is taken to be the midpoint of the host readings before and after), and answers "now" in
+reference, estimated from round trips that returned the reference time, and answers "now" in
 reference time as host time minus that offset. :meth:`OffsetClock.observe` also says when the
 offset crosses the warning bound, so the caller logs once per change, not once per tick.
+
+A round trip says the reference instant lies between the host readings before and after it: the
+offset is the midpoint's, within half the round trip either way. A round trip that stalled (a
+slow query, a loaded host) says little, so the clock keeps the narrowest of its last few
+estimates that still agree with the newest one (their intervals overlap). An estimate the newest
+contradicts dates from before a step of either clock and is dropped, so a step is taken at once.
 """
 
 from __future__ import annotations
 
 import enum
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 ZERO = timedelta(0)
+# How many recent estimates the clock chooses among (one per round trip).
+ESTIMATES_KEPT = 8
 
 
 class SkewChange(enum.Enum):
@@ -34,6 +42,10 @@ class OffsetClock:
     offset: timedelta = ZERO
     measured: bool = False
     _reported: timedelta | None = field(default=None, repr=False)
+    # Recent estimates: (offset, half the round trip), oldest first.
+    _estimates: deque[tuple[timedelta, timedelta]] = field(
+        default_factory=lambda: deque(maxlen=ESTIMATES_KEPT), repr=False
+    )
 
     def __call__(self) -> datetime:
         """The reference clock's current time, as this host best knows it."""
@@ -46,7 +58,7 @@ class OffsetClock:
     def observe(self, reference: datetime, sent: datetime, received: datetime) -> SkewChange | None:
         """Take the reference time a round trip returned; ``sent``/``received`` are host
         readings just before and after it. Returns a change of skew state, if any."""
-        self.offset = sent + (received - sent) / 2 - reference
+        self.offset = self._estimate(sent + (received - sent) / 2 - reference, received - sent)
         self.measured = True
         off = abs(self.offset)
         if off > self.warn_after:
@@ -57,6 +69,15 @@ class OffsetClock:
             self._reported = None
             return SkewChange.SYNCED
         return None
+
+    def _estimate(self, offset: timedelta, round_trip: timedelta) -> timedelta:
+        """Keep this round trip's estimate; the narrowest of those that agree with it."""
+        width = max(round_trip, ZERO) / 2
+        agreeing = [(o, w) for o, w in self._estimates if abs(o - offset) <= w + width]
+        self._estimates.clear()
+        self._estimates.extend([*agreeing, (offset, width)])
+        # The narrowest; among equals the newest.
+        return min(reversed(self._estimates), key=lambda estimate: estimate[1])[0]
 
 
 def format_offset(offset: timedelta) -> str:

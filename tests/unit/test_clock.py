@@ -80,3 +80,36 @@ def test_a_small_offset_is_never_reported():
     assert observe(c, host, T0) is None
     assert c.measured
     assert not c.skewed
+
+
+def test_a_stalled_round_trip_does_not_move_the_offset():
+    c, host = clock(30 * S)
+    observe(c, host, T0, rtt=0.002 * S)
+    assert c.offset == 30 * S
+    # A 2 s round trip whose answer was read 0.1 s in (the rest was the reply's stall): its
+    # midpoint says 30.9 s, within its own ±1 s of the 30 s measured before. The narrow one stays.
+    sent = host.now
+    host.now = sent + 2 * S
+    assert c.observe(sent + 0.1 * S - 30 * S, sent, host.now) is None
+    assert c.offset == 30 * S
+
+
+def test_a_step_of_the_clock_is_taken_at_once_even_from_a_wide_round_trip():
+    c, host = clock(30 * S)
+    observe(c, host, T0, rtt=0.002 * S)
+    host.now += 40 * S  # the host's clock stepped forward
+    observe(c, host, host.now - 70 * S, rtt=0.5 * S)
+    assert c.offset == 70 * S
+
+
+def test_a_narrow_estimate_is_kept_for_a_while_then_the_narrowest_recent_one_wins():
+    from django_cluster_cron.core.clock import ESTIMATES_KEPT
+
+    c, host = clock(0 * S)
+    observe(c, host, host.now, rtt=0.002 * S)
+    # Wider round trips that agree with it but whose midpoints say 0.1 s.
+    for _ in range(ESTIMATES_KEPT - 1):
+        observe(c, host, host.now - 0.1 * S, rtt=0.4 * S)
+        assert c.offset == 0 * S
+    observe(c, host, host.now - 0.1 * S, rtt=0.4 * S)
+    assert c.offset == 0.1 * S
