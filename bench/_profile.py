@@ -21,9 +21,7 @@ import threading
 import time
 from pathlib import Path
 
-from _cpu import stat
-
-PROC = Path("/proc")
+from _cpu import PROC, stat
 
 
 def _children(pid: int) -> dict[int, float]:

@@ -22,8 +22,8 @@ app.autodiscover_tasks()
 @signals.after_setup_logger.connect(weak=False)
 def _each_line_once(**info):
     """The suite's settings give this app's logger a handler of its own; in a worker, Celery
-    also gives the root logger one. Without this, each line of the app's would be written (and
-    paid for) twice, and a test counting lines would count every event double."""
+    also gives the root logger one. Without this, each line of the app's would be written
+    twice, and a test counting lines would count every event double."""
     logging.getLogger("django_cluster_cron").propagate = False
 
 
