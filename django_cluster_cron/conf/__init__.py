@@ -8,6 +8,7 @@ the system checks in :mod:`django_cluster_cron.checks`; reading a bad value here
 
 from __future__ import annotations
 
+import copy
 import fnmatch
 from collections.abc import Mapping
 from datetime import timedelta
@@ -33,8 +34,28 @@ SETTINGS_NAME = "CLUSTER_CRON"
 NODE_ID_ENV = "CLUSTER_CRON_NODE_ID"
 
 
+# Values that cannot change in place: one seen before is the same setting.
+_IMMUTABLE = (str, int, float, bool, type(None))
+
+
+def _shareable(parsed: object) -> bool:
+    """Whether one parsed value can be handed to every reader (nothing in it can change)."""
+    if isinstance(parsed, tuple):
+        return all(isinstance(item, _IMMUTABLE) for item in parsed)
+    return isinstance(parsed, (*_IMMUTABLE, timedelta))
+
+
 class ClusterCronSettings:
-    """Typed, read-at-access-time view of ``settings.CLUSTER_CRON``."""
+    """Typed, read-at-access-time view of ``settings.CLUSTER_CRON``.
+
+    A value is parsed once and the result reused while the project's value stays what it was
+    (the same object; for a list or dict, also equal to a copy taken when it was parsed, so a
+    test that changes one in place is seen). A worker reads several settings for every run.
+    """
+
+    def __init__(self) -> None:
+        # name -> (the raw value parsed, a copy of it if it can change in place, the result)
+        self._parsed: dict[str, tuple[object, object, Any]] = {}
 
     @staticmethod
     def raw() -> Mapping[str, object]:
@@ -46,12 +67,25 @@ class ClusterCronSettings:
     def get(self, name: str) -> Any:
         setting = DEFAULTS[name]
         value = self.raw().get(name, setting.default)
+        seen = self._parsed.get(name)
+        if seen is not None and seen[0] is value and (seen[1] is _IMMUTABLE or seen[1] == value):
+            return seen[2]
         try:
-            return setting.parse(value)
+            parsed = setting.parse(value)
         except ValueError as exc:
             raise ImproperlyConfigured(
                 f"settings.{SETTINGS_NAME}[{name!r}] is {value!r}; expected {exc}."
             ) from None
+        if not _shareable(parsed):  # a caller may change what it got: parse at every read
+            return parsed
+        if isinstance(value, _IMMUTABLE):
+            self._parsed[name] = (value, _IMMUTABLE, parsed)
+        else:
+            try:
+                self._parsed[name] = (value, copy.deepcopy(value), parsed)
+            except Exception:  # a value no copy can be taken of is parsed at every read
+                self._parsed.pop(name, None)
+        return parsed
 
     @property
     def REDIS_ALIAS(self) -> str:

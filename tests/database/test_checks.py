@@ -41,6 +41,29 @@ def test_settings_are_read_at_access_time(cron_settings):
     assert app_settings.CATCHUP_WINDOW == timedelta(minutes=5)  # noqa: SIM300
 
 
+def test_a_value_changed_in_place_is_read_anew(settings):
+    # A setting is parsed once and reused while the project's value is unchanged: a value
+    # changed in place (the dict's entry, or a list inside it) is still seen at the next read.
+    settings.CLUSTER_CRON = {"LEASE_TTL": 10, "REDACT_KEYS": ["pass"]}
+    assert app_settings.LEASE_TTL == 10.0
+    assert app_settings.REDACT_KEYS == ("pass",)
+    settings.CLUSTER_CRON["LEASE_TTL"] = 20
+    settings.CLUSTER_CRON["REDACT_KEYS"].append("token")
+    assert app_settings.LEASE_TTL == 20.0
+    keys: tuple[str, ...] = app_settings.REDACT_KEYS
+    assert keys == ("pass", "token")
+    settings.CLUSTER_CRON["LEASE_TTL"] = "soon"
+    with pytest.raises(ImproperlyConfigured, match="LEASE_TTL"):
+        app_settings.LEASE_TTL  # noqa: B018
+
+
+def test_a_read_that_gives_a_dict_gives_each_caller_its_own(settings):
+    settings.CLUSTER_CRON = {"JOBS": {"a": {"task": "tests.add", "schedule": "* * * * *"}}}
+    first = app_settings.JOBS
+    first.pop("a")
+    assert "a" in app_settings.JOBS
+
+
 def test_a_non_dict_setting_is_e001(settings):
     settings.CLUSTER_CRON = ["LEASE_TTL", 5]
     assert ids() == ["cluster_cron.E001"]
