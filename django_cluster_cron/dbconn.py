@@ -108,8 +108,9 @@ def own_connection(alias: str) -> BaseDatabaseWrapper:
         # Its own copy of the settings: the ORM's connections share the original.
         wrapper.settings_dict = with_timeouts(wrapper.settings_dict, wrapper.vendor)
         _own.wrappers[alias] = wrapper
-    wrapper.ensure_connection()
-    if not wrapper.get_autocommit():
+    if wrapper.connection is None:
+        wrapper.ensure_connection()
+    if not wrapper.autocommit:
         wrapper.set_autocommit(True)
     return wrapper
 

@@ -28,6 +28,7 @@ against the ORM's in the test suite.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import threading
@@ -79,18 +80,23 @@ class _Columns:
         table = quote(model._meta.db_table)
         self.sql = ", ".join(f"{table}.{quote(_column_name(f))}" for f in self.fields)
         self.attnames = [f.attname for f in self.fields]
-        self.converters: list[tuple[Col, list[Converter]]] = []
-        for field in self.fields:
+        # The columns whose values the ORM converts (most come from the driver as they are).
+        self.converters: list[tuple[int, Col, list[Converter]]] = []
+        for index, field in enumerate(self.fields):
             column = Col(model._meta.db_table, field)
             found = connection.ops.get_db_converters(column) + column.get_db_converters(connection)
-            self.converters.append((column, found))
+            if found:
+                self.converters.append((index, column, found))
 
     def build(self, values: Sequence[Any], connection: BaseDatabaseWrapper) -> Any:
-        converted = []
-        for value, (column, converters) in zip(values, self.converters, strict=True):
+        if len(values) != len(self.fields):  # pragma: no cover - the statement names them all
+            raise RuntimeError(f"{len(values)} values for {len(self.fields)} columns")
+        converted = list(values)
+        for index, column, converters in self.converters:
+            value = converted[index]
             for convert in converters:
                 value = convert(value, column, connection)
-            converted.append(value)
+            converted[index] = value
         return self.model.from_db(connection.alias, self.attnames, converted)
 
 
@@ -225,13 +231,34 @@ def _cursor(connection: BaseDatabaseWrapper) -> Any:
     raw = connection.connection
     if not isinstance(raw, psycopg.Connection):  # psycopg2: Django's cursor
         return connection.cursor()
-    if _own_connection[0]:
-        raw.prepare_threshold = 0 if _prepare[0] else None
-    connection.validate_thread_sharing()
+    if not _own_connection[0]:
+        connection.validate_thread_sharing()
+        return _wrapped_cursor(connection, raw)
+    raw.prepare_threshold = 0 if _prepare[0] else None
+    # The thread's own connection keeps one cursor for its statements while it lives (a cursor
+    # is reusable; making one for each statement was a noticeable part of a run's cost).
+    logged = connection.queries_logged
+    if _kept.raw is not raw or _kept.logged != logged or raw.closed:
+        _kept.raw, _kept.logged, _kept.cursor = raw, logged, _wrapped_cursor(connection, raw)
+    return contextlib.nullcontext(_kept.cursor)
+
+
+def _wrapped_cursor(connection: BaseDatabaseWrapper, raw: Any) -> Any:
     cursor = psycopg.Cursor(raw)
     if connection.queries_logged:
         return connection.make_debug_cursor(cursor)
     return connection.make_cursor(cursor)
+
+
+class _Kept(threading.local):
+    """The cursor kept for a thread's own connection (see :func:`_cursor`)."""
+
+    raw: Any = None
+    logged = False
+    cursor: Any = None
+
+
+_kept = _Kept()
 
 
 def _execute(cursor: Any, sql: str, params: Sequence[Any]) -> None:

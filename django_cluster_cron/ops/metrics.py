@@ -42,9 +42,11 @@ CLAIM_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5)
 OTHER_JOBS = "_other"
 
 
+@functools.cache
 def installed() -> bool:
     """Whether prometheus_client can be imported (found without importing it: importing picks
-    the client's value store, which must wait for the worker's multiprocess directory)."""
+    the client's value store, which must wait for the worker's multiprocess directory). Looked
+    up once per process."""
     return importlib.util.find_spec("prometheus_client") is not None
 
 
@@ -172,6 +174,10 @@ class Metrics:
         )
         self._jobs: set[str] = set()
         self._jobs_lock = threading.Lock()
+        # Labelled series a worker touches for every run, looked up once (labels() takes a lock
+        # and builds a key each time).
+        self._outcomes: dict[str, Any] = {}
+        self._finished: dict[str, tuple[Any, Any]] = {}
 
     def job_label(self, name: str) -> str:
         """The job's name while few names have been seen here; past the cap, one bucket."""
@@ -180,11 +186,31 @@ class Metrics:
         limit = app_settings.METRICS_JOB_LABEL_LIMIT
         if limit == 0:
             return OTHER_JOBS
+        if name in self._jobs:
+            return name
         with self._jobs_lock:
             if name in self._jobs or len(self._jobs) < limit:
                 self._jobs.add(name)
                 return name
         return OTHER_JOBS
+
+    def run_outcome(self, outcome: str) -> Any:
+        """``runs{outcome=...}``, the series for one outcome."""
+        found = self._outcomes.get(outcome)
+        if found is None:
+            found = self._outcomes[outcome] = self.runs.labels(outcome=outcome)
+        return found
+
+    def job_finished(self, label: str) -> tuple[Any, Any]:
+        """The duration histogram and the last-success gauge of one job label."""
+        found = self._finished.get(label)
+        if found is None:
+            found = (
+                self.run_duration.labels(job_name=label),
+                self.last_success.labels(job_name=label),
+            )
+            self._finished[label] = found
+        return found
 
 
 @functools.cache

@@ -147,7 +147,7 @@ def take(run_id: int, task_id: str, attempt: int, result_id: str = "") -> JobRun
         return None
     found = metrics.get()
     found.claim.observe(time.perf_counter() - claiming)
-    found.runs.labels(outcome="claimed").inc()
+    found.run_outcome("claimed").inc()
     return run
 
 

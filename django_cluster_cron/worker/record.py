@@ -134,12 +134,14 @@ OUTCOMES = {
 
 def _count_outcome(run: JobRun, status: str, duration: timedelta | None) -> None:
     found = metrics.get()
-    found.runs.labels(outcome=OUTCOMES.get(status, status)).inc()
+    if found is metrics.NULL:
+        return
+    found.run_outcome(OUTCOMES.get(status, status)).inc()
     if duration is not None and status != RunStatus.SKIPPED:  # a skipped body did not run
-        job = found.job_label(run.job.name) if found is not metrics.NULL else ""
-        found.run_duration.labels(job_name=job).observe(duration.total_seconds())
+        durations, last_success = found.job_finished(found.job_label(run.job.name))
+        durations.observe(duration.total_seconds())
         if status == RunStatus.SUCCESS and run.finished_at is not None:
-            found.last_success.labels(job_name=job).set(run.finished_at.timestamp())
+            last_success.set(run.finished_at.timestamp())
 
 
 def _skip(run: JobRun, timer: RunTimer, reason: str) -> str | None:
@@ -266,7 +268,7 @@ def on_revoked(
         return
     if status is not None:
         logger.warning("run.revoked run=%s task_id=%s status=%s", run_id, task_id, status)
-        metrics.get().runs.labels(outcome=OUTCOMES[RunStatus(status)]).inc()
+        metrics.get().run_outcome(OUTCOMES[RunStatus(status)]).inc()
 
 
 def on_unknown(named: tuple[object, object], task_id: str, name: str) -> None:
@@ -286,4 +288,4 @@ def on_unknown(named: tuple[object, object], task_id: str, name: str) -> None:
         return
     if failed:
         logger.error("run.failed run=%s task_id=%s error=%s", run_id, task_id, error)
-        metrics.get().runs.labels(outcome="failed").inc()
+        metrics.get().run_outcome("failed").inc()
