@@ -31,6 +31,7 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import parse_qs
 
+from ..conf import app_settings
 from . import httpserve
 
 logger = logging.getLogger("django_cluster_cron.metrics")
@@ -51,8 +52,6 @@ def installed() -> bool:
 
 
 def enabled() -> bool:
-    from ..conf import app_settings
-
     return bool(app_settings.METRICS) and installed()
 
 
@@ -181,8 +180,6 @@ class Metrics:
 
     def job_label(self, name: str) -> str:
         """The job's name while few names have been seen here; past the cap, one bucket."""
-        from ..conf import app_settings
-
         limit = app_settings.METRICS_JOB_LABEL_LIMIT
         if limit == 0:
             return OTHER_JOBS
