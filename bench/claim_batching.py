@@ -125,7 +125,7 @@ def main() -> None:
         split = len(s.run.fields)
         for start in range(0, len(runs), size):
             ids = [run_id for run_id, _ in runs[start : start + size]]
-            with statements._cursor(own) as cursor:
+            with statements._cursor(own, claim_many) as cursor:
                 statements._execute(
                     cursor, claim_many, [str(RunStatus.RUNNING), "bench:1", ids, *claimable]
                 )
@@ -133,6 +133,7 @@ def main() -> None:
                     run = s.run.build(row[:split], own)
                     run.job = s.job.build(row[split:], own)
                 assert cursor.rowcount == len(ids)
+            with statements._cursor(own, finish_many) as cursor:
                 statements._execute(
                     cursor,
                     finish_many,

@@ -170,7 +170,7 @@ class _Statements:
     ) -> JobRun | None:
         params: list[Any] = [str(RunStatus.RUNNING), worker, result_id, run_id, task_id, attempt]
         params += [str(status) for status in CLAIMABLE]
-        with _cursor(connection) as cursor:
+        with _cursor(connection, self.claim_sql) as cursor:
             _execute(cursor, self.claim_sql, params)
             if self.select_sql:
                 if cursor.rowcount != 1:
@@ -208,7 +208,7 @@ class _Statements:
         sql, fields = compiled
         params = [field.get_db_prep_save(values[field.name], connection) for field in fields]
         params += [run_id, str(RunStatus.RUNNING), attempt]
-        with _cursor(connection) as cursor:
+        with _cursor(connection, sql) as cursor:
             _execute(cursor, sql, params)
             return int(cursor.rowcount)
 
@@ -220,7 +220,7 @@ POOLER_CODES = frozenset({"26000", "42P05"})
 _prepare = [True]
 
 
-def _cursor(connection: BaseDatabaseWrapper) -> Any:
+def _cursor(connection: BaseDatabaseWrapper, sql: str) -> Any:
     """Django's cursor for the statements; on psycopg 3 one that has the server bind the
     parameters (what a prepared statement needs), wrapped like Django's own cursors (errors
     translated, queries logged when Django logs them). On a worker's own connection psycopg
@@ -235,12 +235,16 @@ def _cursor(connection: BaseDatabaseWrapper) -> Any:
         connection.validate_thread_sharing()
         return _wrapped_cursor(connection, raw)
     raw.prepare_threshold = 0 if _prepare[0] else None
-    # The thread's own connection keeps one cursor for its statements while it lives (a cursor
-    # is reusable; making one for each statement was a noticeable part of a run's cost).
+    # The thread's own connection keeps a cursor for each statement while it lives: making one
+    # for each execution (its adapters and loaders) was a noticeable part of a run's cost, and
+    # a cursor that runs the same statement again keeps what it set up for it.
     logged = connection.queries_logged
     if _kept.raw is not raw or _kept.logged != logged or raw.closed:
-        _kept.raw, _kept.logged, _kept.cursor = raw, logged, _wrapped_cursor(connection, raw)
-    return contextlib.nullcontext(_kept.cursor)
+        _kept.raw, _kept.logged, _kept.cursors = raw, logged, {}
+    cursor = _kept.cursors.get(sql)
+    if cursor is None:
+        cursor = _kept.cursors[sql] = _wrapped_cursor(connection, raw)
+    return contextlib.nullcontext(cursor)
 
 
 def _wrapped_cursor(connection: BaseDatabaseWrapper, raw: Any) -> Any:
@@ -251,11 +255,12 @@ def _wrapped_cursor(connection: BaseDatabaseWrapper, raw: Any) -> Any:
 
 
 class _Kept(threading.local):
-    """The cursor kept for a thread's own connection (see :func:`_cursor`)."""
+    """The cursors kept for a thread's own connection (see :func:`_cursor`)."""
 
-    raw: Any = None
-    logged = False
-    cursor: Any = None
+    def __init__(self) -> None:
+        self.raw: Any = None
+        self.logged = False
+        self.cursors: dict[str, Any] = {}
 
 
 _kept = _Kept()
