@@ -223,8 +223,10 @@ _prepare = [True]
 def _cursor(connection: BaseDatabaseWrapper, sql: str) -> Any:
     """Django's cursor for the statements; on psycopg 3 one that has the server bind the
     parameters (what a prepared statement needs), wrapped like Django's own cursors (errors
-    translated, queries logged when Django logs them). On a worker's own connection psycopg
-    prepares each statement the first time it runs (see the module)."""
+    translated, queries logged when Django logs them), to use in a ``with`` block for ``sql``.
+    On a worker's own connection psycopg prepares each statement the first time it runs (see
+    the module), and the cursor is the one kept for ``sql`` on that connection (the block does
+    not close it)."""
     if connection.vendor != "postgresql" or psycopg is None:
         return connection.cursor()
     connection.ensure_connection()
