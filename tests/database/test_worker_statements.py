@@ -189,3 +189,47 @@ def test_on_postgresql_a_workers_own_connection_prepares_both_statements_once():
     assert {run.status for run in JobRun.objects.filter(pk__in=[r.pk for r in runs])} == {
         RunStatus.SUCCESS
     }
+
+
+@pytest.mark.django_db(transaction=True)
+def test_on_a_workers_own_connection_the_claim_reads_what_the_orm_reads_time_zones_too():
+    """The own connection's cursors read timestamps with psycopg's compiled loader where it
+    gives what Django's gives: the same values and the same tzinfo object, field for field."""
+    from django.db import connection
+
+    from django_cluster_cron.dbconn import close_own_connection
+    from django_cluster_cron.ledger import statements
+
+    job = make_job(
+        start_at=datetime(2030, 1, 1, 12, 30, 15, 123456, tzinfo=timezone.utc),
+        catchup_window=timedelta(hours=3),
+    )
+    run = make_run(job)
+    statements.use_own_connection()
+    try:
+        claimed = claim_run(run.pk, run.task_id, 1, "w:1")
+        kept = list(statements._kept.cursors.values())
+    finally:
+        statements.use_own_connection(False)
+        close_own_connection()
+    assert claimed is not None
+    stored = JobRun.objects.select_related("job").get(pk=run.pk)
+    assert fields_of(claimed) == fields_of(stored)
+    assert fields_of(claimed.job) == fields_of(stored.job)
+    pairs = [(claimed, stored), (claimed.job, stored.job)]
+    zones = {
+        (type(a).__name__, f.attname): (getattr(a, f.attname).tzinfo, getattr(b, f.attname).tzinfo)
+        for a, b in pairs
+        for f in a._meta.concrete_fields
+        if isinstance(getattr(a, f.attname), datetime)
+    }
+    assert ("JobRun", "started_at") in zones
+    assert ("JobDefinition", "start_at") in zones
+    assert all(mine is theirs for mine, theirs in zones.values()), zones
+    if connection.vendor == "postgresql":
+        from django.db.backends.postgresql.psycopg_any import BaseTzLoader
+        from psycopg.pq import Format
+
+        assert len(kept) == 1  # the claim's cursor, kept for the connection
+        loader = kept[0].cursor.adapters.get_loader(1184, Format.TEXT)
+        assert not issubclass(loader, BaseTzLoader), loader  # not Django's Python loader
