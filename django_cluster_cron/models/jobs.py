@@ -347,15 +347,21 @@ class JobDefinition(models.Model):
         edit = JobSave(self, kwargs)
         with edit.applied():
             super().save(*args, **edit.kwargs)
-        self._loaded = {f: getattr(self, f) for f in AHEAD_FIELDS}
+        self.remember_loaded()
 
     @classmethod
     def from_db(
         cls, db: str | None, field_names: Collection[str], values: Collection[Any], **kwargs: Any
     ) -> JobDefinition:
         instance = cast(JobDefinition, super().from_db(db, field_names, values, **kwargs))
-        instance._loaded = {f: getattr(instance, f) for f in AHEAD_FIELDS if f in field_names}
+        instance.remember_loaded(field_names)
         return instance
+
+    def remember_loaded(self, field_names: Collection[str] = AHEAD_FIELDS) -> None:
+        """Take these fields' values as the ones loaded (of the schedule fields among them), for
+        a later save to compare with."""
+        loaded = {f: getattr(self, f) for f in AHEAD_FIELDS if f in field_names}
+        self._loaded = {**getattr(self, "_loaded", {}), **loaded}
 
     def refresh_from_db(
         self, using: str | None = None, fields: Any = None, *args: Any, **kwargs: Any
@@ -363,8 +369,7 @@ class JobDefinition(models.Model):
         """Reload from the database and take the reloaded values as the ones loaded, so a later
         save compares with them (a resume after a reload restarts the schedule)."""
         super().refresh_from_db(using, fields, *args, **kwargs)
-        reloaded = AHEAD_FIELDS if fields is None else [f for f in AHEAD_FIELDS if f in fields]
-        self._loaded = {**getattr(self, "_loaded", {}), **{f: getattr(self, f) for f in reloaded}}
+        self.remember_loaded(AHEAD_FIELDS if fields is None else fields)
 
     # -- schedule --------------------------------------------------------------------------
 

@@ -35,12 +35,40 @@ def test_the_claim_returns_what_the_orm_reads_run_and_job_field_for_field():
     stored = JobRun.objects.select_related("job").get(pk=run.pk)
     assert fields_of(claimed) == fields_of(stored)
     assert fields_of(claimed.job) == fields_of(stored.job)
+    assert set(vars(claimed)) == set(vars(stored))  # nothing more, nothing less
+    assert set(vars(claimed.job)) == set(vars(stored.job))
+    assert claimed.job._loaded == stored.job._loaded  # what a later save compares with
+    assert (claimed._state.adding, claimed._state.db) == (False, stored._state.db)
+    assert (claimed.job._state.adding, claimed.job._state.db) == (False, stored.job._state.db)
     assert claimed.job.args == ["a", 1, {"nested": [1.5, None, True]}]
     assert isinstance(claimed.job, JobDefinition)
     assert (claimed.status, claimed.worker, claimed.attempt) == (RunStatus.RUNNING, "host:123", 1)
     assert claimed.started_at is not None
     assert claimed.started_at.tzinfo is not None
     assert claimed.heartbeat_at == claimed.started_at
+
+
+def test_a_pre_init_or_post_init_receiver_sees_the_claimed_run_and_job_built():
+    from django.db.models.signals import post_init, pre_init
+
+    seen = []
+
+    def receiver(sender, **info):
+        seen.append(sender.__name__)
+
+    for signal in (pre_init, post_init):
+        for model in (JobRun, JobDefinition):
+            signal.connect(receiver, sender=model)
+    try:
+        run = make_run(make_job())
+        seen.clear()
+        claimed = claim_run(run.pk, run.task_id, 1, "host:123")
+    finally:
+        for signal in (pre_init, post_init):
+            for model in (JobRun, JobDefinition):
+                signal.disconnect(receiver, sender=model)
+    assert claimed is not None
+    assert sorted(seen) == ["JobDefinition", "JobDefinition", "JobRun", "JobRun"]
 
 
 @pytest.mark.parametrize(
