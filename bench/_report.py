@@ -21,7 +21,7 @@ def parser(doc: str, reps: int) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=doc.strip().splitlines()[0])
     p.add_argument("--sizes", type=int, nargs="+", help="numbers of jobs (default: all four)")
     p.add_argument("--reps", type=int, default=reps, help="repetitions per measurement")
-    p.add_argument("--quick", action="store_true", help="smoke run: small N, 1-2 reps")
+    p.add_argument("--quick", action="store_true", help="smoke run: small N, 1 rep")
     p.add_argument("--json", type=Path, help="write the results here as JSON")
     p.add_argument("--cap", type=float, help="seconds before a peer's measurement is cut off")
     return p
@@ -34,7 +34,7 @@ def sizes_and_reps(args: argparse.Namespace) -> tuple[list[int], int]:
     if args.reps < 1:
         raise SystemExit(f"--reps: {args.reps} must be at least 1")
     if args.quick:
-        return sorted(args.sizes or QUICK_SIZES), min(args.reps, 2)
+        return sorted(args.sizes or QUICK_SIZES), 1
     return sorted(args.sizes or FULL_SIZES), args.reps
 
 

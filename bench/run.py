@@ -103,7 +103,7 @@ def run_workload(name: str, args: argparse.Namespace, out: Path, env: dict[str, 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="smoke run (CI): small N, 1-2 reps")
+    parser.add_argument("--quick", action="store_true", help="smoke run (CI): small N, 1 rep")
     parser.add_argument("--only", nargs="+", choices=WORKLOADS, help="run only these workloads")
     parser.add_argument("--sizes", type=int, nargs="+", help="numbers of jobs for every workload")
     parser.add_argument("--reps", type=int, help="repetitions for every workload")
