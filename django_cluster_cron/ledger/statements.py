@@ -37,7 +37,6 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
-from django.conf import settings
 from django.db import DatabaseError, connections, router
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Field, Model
@@ -299,7 +298,7 @@ def _compiled_timestamps(cursor: Any, connection: BaseDatabaseWrapper) -> None:
     djangos = cursor.adapters.get_loader(oid, Format.TEXT)
     cursor.adapters.register_loader(oid, TimestamptzLoader)
     loaded = cursor.adapters.get_loader(oid, Format.TEXT)(oid, cursor).load(_SAMPLE[0])
-    expected = connection.timezone if settings.USE_TZ else None
+    expected = connection.timezone  # None under USE_TZ = False: Django's values are naive
     if expected is None or loaded != _SAMPLE[1] or loaded.tzinfo is not expected:
         cursor.adapters.register_loader(oid, djangos)
 
