@@ -3,7 +3,11 @@
 :class:`CpuMeter` samples, a few times a second, the user and system CPU time of the processes
 it is told about and their children (the worker's main process and its pool processes, the
 scheduler), of every PostgreSQL server process (backends, WAL writer, checkpointer: the server
-may be shared, so the bench should be alone on it) and of the bench's own Redis server. After
+may be shared, so the bench should be alone on it) and of the bench's own Redis server. A
+PostgreSQL backend can live for a few milliseconds (a task that opens and closes its own
+connection, as Django's default ``CONN_MAX_AGE = 0`` has it), too short to be sampled: the
+server's own process (the postmaster) is credited with what its ended children used (the
+kernel's ``cutime``/``cstime``), and a backend stops counting on its own once it has ended. After
 the burst, :meth:`CpuMeter.between` gives each group's CPU seconds between two instants (the
 samples nearest to them). On a machine with fewer cores than busy processes, a burst's wall time
 follows the sum of these, not any one of them: the figures say which process pays for what.
@@ -22,13 +26,15 @@ TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 GROUPS = ("worker main", "worker children", "scheduler", "postgres", "redis")
 
 
-def stat(pid: int) -> tuple[int, float] | None:
-    """(parent pid, CPU seconds used) of a live process, or None."""
+def stat(pid: int) -> tuple[int, float, float] | None:
+    """(parent pid, CPU seconds used, CPU seconds its ended children used) of a live process,
+    or None."""
     try:
         fields = (PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
-    return int(fields[1]), (int(fields[11]) + int(fields[12])) / TICK
+    used = (int(fields[11]) + int(fields[12])) / TICK
+    return int(fields[1]), used, (int(fields[13]) + int(fields[14])) / TICK
 
 
 def _command(pid: int) -> str:
@@ -71,7 +77,9 @@ class CpuMeter:
 
     def sample(self) -> None:
         """One reading. A process that ended keeps the CPU time it was last seen with, so a
-        group's total never goes back (a database connection closed mid-burst)."""
+        group's total never goes back; except a PostgreSQL process, whose time from then on is
+        in its postmaster's count of ended children."""
+        seen: dict[int, tuple[int, float, float]] = {}
         for entry in os.scandir(PROC):
             if not entry.name.isdigit():
                 continue
@@ -79,10 +87,18 @@ class CpuMeter:
             found = stat(pid)
             if found is None:
                 continue
+            seen[pid] = found
             group = self._group(pid, found[0])
             if group is not None:
                 self._used[pid] = (group, found[1])
+        server = {pid for pid, (group, _) in self._used.items() if group == "postgres"}
+        for pid in server - seen.keys():  # ended: counted by its postmaster now
+            del self._used[pid]
+        # The postmaster (the parent of the server's processes) forks a backend for each new
+        # connection and counts what its ended children used.
+        postmasters = {seen[pid][0] for pid in server & seen.keys()} - server
         totals = dict.fromkeys(GROUPS, 0.0)
+        totals["postgres"] = sum(seen[pid][1] + seen[pid][2] for pid in postmasters if pid in seen)
         for group, used in self._used.values():
             totals[group] += used
         self._samples.append((time.time(), totals))
