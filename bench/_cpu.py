@@ -94,11 +94,14 @@ class CpuMeter:
         server = {pid for pid, (group, _) in self._used.items() if group == "postgres"}
         for pid in server - seen.keys():  # ended: counted by its postmaster now
             del self._used[pid]
-        # The postmaster (the parent of the server's processes) forks a backend for each new
-        # connection and counts what its ended children used.
-        postmasters = {seen[pid][0] for pid in server & seen.keys()} - server
+        # The postmaster (the parent of the server's other processes, whatever its command line)
+        # forks a backend for each new connection and counts what its ended children used.
+        alive = server & seen.keys()
+        parents = {seen[pid][0] for pid in alive}
+        postmasters = {pid for pid in parents if pid in seen and seen[pid][0] not in alive}
         totals = dict.fromkeys(GROUPS, 0.0)
-        totals["postgres"] = sum(seen[pid][1] + seen[pid][2] for pid in postmasters if pid in seen)
+        for pid in postmasters:  # its own time too, unless its command line counted it already
+            totals["postgres"] += seen[pid][2] + (0.0 if pid in alive else seen[pid][1])
         for group, used in self._used.values():
             totals[group] += used
         self._samples.append((time.time(), totals))
