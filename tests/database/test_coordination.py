@@ -22,10 +22,10 @@ def coordination(request: pytest.FixtureRequest) -> Any:
 
 def test_node_reports_are_listed_until_they_expire(coordination: Coordination) -> None:
     coordination.reports.report("a", {"node": "a", "role": "leader"}, ttl=30)
-    coordination.reports.report("b", {"node": "b", "role": "standby"}, ttl=0.3)
+    coordination.reports.report("b", {"node": "b", "role": "standby"}, ttl=1.5)
     coordination.reports.report("a", {"node": "a", "role": "standby"}, ttl=30)  # replaces
     assert sorted(r["node"] for r in coordination.reports.reports()) == ["a", "b"]
-    time.sleep(0.5)  # real time must pass: b's 0.3 s TTL runs out
+    time.sleep(1.7)  # real time must pass: b's 1.5 s TTL runs out
     assert coordination.reports.reports() == [{"node": "a", "role": "standby"}]
 
 

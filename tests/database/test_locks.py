@@ -64,16 +64,17 @@ def test_blocking_waits_for_the_holder_up_to_the_timeout(prefix):
 
 def test_the_heartbeat_keeps_a_body_three_times_longer_than_the_ttl_locked(prefix):
     attempts = []
+    ttl = 1.2  # renewed every 0.3 s: a loaded machine may stall the heartbeat 0.9 s and not lose it
 
-    @cluster_lock("long", ttl=0.4)
+    @cluster_lock("long", ttl=ttl)
     def long_body():
         for _ in range(6):
-            time.sleep(0.2)  # real time must pass: the body lasts three TTLs
-            attempts.append(ClusterLock("long", ttl=0.4).acquire())
+            time.sleep(ttl / 2)  # real time must pass: the body lasts three TTLs
+            attempts.append(ClusterLock("long", ttl=ttl).acquire())
 
     long_body()
     assert attempts == [False] * 6
-    assert ClusterLock("long", ttl=0.4).acquire()  # released when the body ended
+    assert ClusterLock("long", ttl=ttl).acquire()  # released when the body ended
 
 
 def test_at_least_keeps_the_lock_after_a_fast_body(prefix):
