@@ -92,15 +92,16 @@ def test_a_stale_holder_can_neither_renew_nor_release_after_another_node_took_ov
 def test_a_standby_acquires_once_the_ttl_passes_without_renewal(
     lease_backend: LeaseBackend,
 ) -> None:
-    leader = lease_backend.lease(NAME, "node-a", ttl=0.3)
-    standby = lease_backend.lease(NAME, "node-b", ttl=0.3)
+    ttl = 1.0  # long enough that a stall between the first two calls cannot outlast it
+    leader = lease_backend.lease(NAME, "node-a", ttl=ttl)
+    standby = lease_backend.lease(NAME, "node-b", ttl=ttl)
     started = time.monotonic()
     assert leader.try_acquire() is True
     assert standby.try_acquire() is False
 
-    wait_for(standby.try_acquire, 3, "the unrenewed lease to expire")
+    wait_for(standby.try_acquire, 5, "the unrenewed lease to expire")
 
-    assert time.monotonic() - started >= 0.25
+    assert time.monotonic() - started >= ttl - 0.05
     assert leader.holder() == standby.token
     assert leader.renew() is False
 
