@@ -104,9 +104,10 @@ def clean_task_name(value: str) -> None:
     except ImproperlyConfigured as exc:
         raise ValidationError(f"Cannot check the task: {exc}", code="no_celery_app") from None
     if value not in known:
+        count = "1 task" if len(known) == 1 else f"{len(known)} tasks"
         raise ValidationError(
             f"Task {value!r} is not registered in the Celery app "
-            f"({len(known)} tasks are; check the name and that its module is imported)"
+            f"(it has {count}; check the name and that its module is imported)"
             + (", nor the path of a django.tasks task." if frameworks() else "."),
             code="unknown_task",
         )
