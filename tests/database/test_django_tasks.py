@@ -102,8 +102,8 @@ def test_a_second_delivery_of_a_run_runs_nothing_and_says_so():
 
 def test_a_failure_is_retried_through_the_backend_with_run_after_and_shown_failed_there():
     job = make_job(
-        task="tests.testapp.dtasks.flaky", args=["flaky", 1], max_retries=2, retry_backoff=0.5
-    )
+        task="tests.testapp.dtasks.flaky", args=["flaky", 1], max_retries=2, retry_backoff=3
+    )  # the retry is due 1.5-3 s later: a stalled first drain cannot reach it
     run = make_run(job)
     send(run)
     drain()

@@ -71,16 +71,16 @@ def test_a_hash_with_a_ttl_blocks_without_errors_until_it_expires(
 ) -> None:
     lease = RedisLease(redis_client, KEY, "node-a", ttl=1)
     redis_client.hset(KEY, "field", "value")
-    redis_client.pexpire(KEY, 300)
+    redis_client.pexpire(KEY, 2000)  # the five calls below see it even on a stalled machine
 
     assert lease.try_acquire() is False
     assert lease.renew() is False
     assert lease.release() is False
     assert lease.holder() is None
-    assert 0 < (lease.remaining() or 0) <= 0.3
+    assert 0 < (lease.remaining() or 0) <= 2
     assert redis_client.type(KEY) == b"hash"  # release left it alone
 
-    wait_for(lease.try_acquire, 3, "the hash's TTL to run out")
+    wait_for(lease.try_acquire, 10, "the hash's TTL to run out")
     assert lease.holder() == lease.token
 
 

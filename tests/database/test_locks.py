@@ -50,9 +50,9 @@ def test_the_context_manager_raises_when_the_lock_is_held(prefix):
 def test_blocking_waits_for_the_holder_up_to_the_timeout(prefix):
     holder = ClusterLock("wait", ttl=5)
     assert holder.acquire()
+    started = time.monotonic()  # before the timer: a stall after it cannot shorten the wait
     threading.Timer(0.3, holder.release).start()
     waiter = ClusterLock("wait", ttl=5, blocking=True, timeout=5)
-    started = time.monotonic()
     assert waiter.acquire()
     assert time.monotonic() - started >= 0.25
     waiter.release()

@@ -236,7 +236,7 @@ def test_a_leader_that_vanishes_hands_its_runs_recorded_ahead_to_the_next(
     clock = Clock(T0 - timedelta(seconds=30))
     minutely("one")
     minutely("two")
-    gone = make_scheduler("node-a", clock, lookahead=AHEAD, ttl=0.5)
+    gone = make_scheduler("node-a", clock, lookahead=AHEAD, ttl=1.5)
     gone.step()
     recorded = set(JobRun.objects.values_list("task_id", flat=True))
     assert len(recorded) == 2

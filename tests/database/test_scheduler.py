@@ -155,14 +155,14 @@ def test_overlap_skip_records_a_skipped_run_while_the_previous_one_is_active(mak
 @pytest.mark.parametrize("lease_kind", LEASES)
 def test_a_stale_leader_is_fenced_out_and_writes_nothing(make_scheduler, redis_client, lease_kind):
     clock = Clock(T0 + timedelta(seconds=1))
-    old = make_scheduler("node-old", clock, ttl=0.3)
+    old = make_scheduler("node-old", clock, ttl=1.5)  # its first step keeps it, however slow
     old.step()
     assert old.is_leader
     # It renewed just before it paused, so on waking it believes its lease is fresh...
     old.term.renew_at = old.term.valid_until = float("inf")
     # ...but its lease expired meanwhile and a newer leader took over.
     new = backend_of(lease_kind).lease(LEADER, "node-new", 5)
-    wait_for(new.try_acquire, 3, "the stale leader's lease to expire")
+    wait_for(new.try_acquire, 15, "the stale leader's lease to expire")
     if lease_kind == "redis":
         Fence.claim("node-new", new.token)
     job("due-now", watermark=T0 - timedelta(seconds=30))
