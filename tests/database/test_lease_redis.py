@@ -29,11 +29,12 @@ def seconds_left(client: redis.Redis, key: str = KEY) -> float:
 
 @pytest.fixture
 def own_client(throwaway_redis: Any) -> Iterator[redis.Redis]:
-    """A client to ``throwaway_redis`` that gives up fast: short timeouts, no retries."""
+    """A client to ``throwaway_redis`` that gives up soon: 1 s timeouts (long enough for a
+    loaded machine's server to answer when it is up), no retries."""
     client = redis.Redis.from_url(
         throwaway_redis.url,
-        socket_timeout=0.25,
-        socket_connect_timeout=0.25,
+        socket_timeout=1,
+        socket_connect_timeout=1,
         retry=Retry(NoBackoff(), 0),
     )
     try:
@@ -122,7 +123,7 @@ def test_every_method_raises_lease_unavailable_quickly_while_redis_is_down_and_w
         started = time.monotonic()
         with pytest.raises(LeaseUnavailable) as raised:
             call()
-        assert time.monotonic() - started < 2, f"{call.__name__} hung"
+        assert time.monotonic() - started < 5, f"{call.__name__} hung"
         assert isinstance(
             raised.value.__cause__,
             (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError),
@@ -134,7 +135,7 @@ def test_every_method_raises_lease_unavailable_quickly_while_redis_is_down_and_w
         throwaway_redis.resume()
         # Commands that timed out were still queued in the paused server and run now; a ping on
         # a fresh connection returns after them.
-        wait_for(own_client.ping, 3, "the resumed server to answer a ping")
+        wait_for(own_client.ping, 10, "the resumed server to answer a ping")
     assert lease.try_acquire() is True
     assert lease.renew() is True
     assert lease.holder() == lease.token
