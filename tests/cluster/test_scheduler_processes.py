@@ -36,7 +36,8 @@ pytestmark = [
     pytest.mark.parametrize("lease_kind", LEASES),
 ]
 
-MARGIN = 1.5  # process start-up and scheduling noise on a busy 2-core machine
+MARGIN = 3.0  # process start-up and scheduling noise on a busy 2-core machine (a broken
+# hand-over waits far longer: the default TTL is 10 s)
 
 
 def leader() -> tuple[str, int] | None:
@@ -70,8 +71,12 @@ def test_three_schedulers_record_each_slot_exactly_once(cluster):
     wait_for(leader, 60, "a leader")
     # Three nodes run side by side while the leader sends four slots of each job.
     wait_for(lambda: every_job_sent(jobs, 4), 60, "four slots of each job sent")
-    holders = {h for h in JobRun.objects.values_list("dispatched_by", flat=True)}
-    assert len(holders) == 1
+    # One leader at a time: every run of an epoch was sent by the same node. (A leader stalled
+    # past its TTL on a loaded machine hands over to a new epoch; that is failover, not a fault.)
+    senders: dict[int, set[str]] = {}
+    for epoch, node in JobRun.objects.values_list("epoch", "dispatched_by"):
+        senders.setdefault(epoch, set()).add(node)
+    assert all(len(nodes) == 1 for nodes in senders.values()), senders
     for job in jobs:
         assert len(assert_every_slot_once(job)) >= 4
 
