@@ -70,7 +70,10 @@ def test_run_scheduler_serves_its_metrics(cluster):
 def test_a_prefork_worker_adds_up_its_pool_processes(cluster, tmp_path):
     """Two pool processes run the bodies; the main process's /metrics counts them all."""
     cluster.settings.update({"WORKER_METRICS_PORT": 0})
-    job = JobDefinition(name="pooled", cron="0 0 1 1 *", timezone="UTC", task="tests.whoami")
+    # Bodies of 0.2 s: one pool process cannot run all twenty while the other is briefly stalled.
+    job = JobDefinition(
+        name="pooled", cron="0 0 1 1 *", timezone="UTC", task="tests.sleep", args=[0.2]
+    )
     job.full_clean()
     job.save()
     worker = cluster.worker("pool", concurrency=2, PROMETHEUS_MULTIPROC_DIR=str(tmp_path))
