@@ -11,10 +11,11 @@ from django_cluster_cron.dbtime import database_now
 from django_cluster_cron.models import JobDefinition, JobRun, RunStatus
 from tests.support.waiting import wait_for
 
-JOBS = 15
-BODY = 1.0  # seconds a run takes: the worker drains the burst in about JOBS x BODY = 15 s
-# Far more than a claim's gap (BODY) on a loaded machine, far less than the last run's wait.
-REPUBLISH_AFTER = 3.0
+JOBS = 25
+BODY = 1.0  # seconds a run takes: the worker drains the burst in about JOBS x BODY = 25 s
+# Far more than a claim's gap (BODY, and a loaded machine's stall on top), far less than the
+# last run's wait.
+REPUBLISH_AFTER = 6.0
 
 
 def test_a_burst_waiting_behind_a_slow_worker_is_not_sent_again(cluster):
