@@ -386,7 +386,7 @@ def test_the_cluster_page_shows_the_leader_nodes_runs_and_locks(
     assert "failed" in html
     offset = re.search(r'class="dcc-clock dcc-skewed">(\d+\.\d+) s \(skewed', html)
     assert offset, html
-    assert abs(float(offset.group(1)) - 30) < 0.5
+    assert abs(float(offset.group(1)) - 30) < 1  # half a round trip, stalled or not
 
 
 @pytest.mark.django_db(transaction=True)

@@ -158,9 +158,12 @@ def test_a_skewed_node_is_a_warning_not_a_failure(leader):
     report = cluster_health(broker=False)
     check = by_name(report)["clock_skew"]
     assert check.status == WARN
-    # Measured around a round trip to the database: within a few milliseconds of +30 s.
-    assert check.value == pytest.approx(30, abs=0.05)
-    assert re.search(r"node-a \+(29\.9[5-9]\d|30\.0[0-4]\d) s", check.reason), check.reason
+    # Measured around a round trip to the database: within half of it of +30 s (a few
+    # milliseconds, unless a loaded machine stalls the round trip).
+    assert check.value == pytest.approx(30, abs=1)
+    shown = re.search(r"node-a \+(\d+\.\d{3}) s", check.reason)
+    assert shown, check.reason
+    assert float(shown.group(1)) == pytest.approx(30, abs=1), check.reason
     assert report.healthy
 
 
