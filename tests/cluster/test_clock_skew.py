@@ -118,14 +118,15 @@ def test_a_leader_whose_clock_is_off_dispatches_on_the_databases_time(cluster, o
     log = cluster.log("skewed")
     assert log.count("clock.skew node=skewed") == 1, log
     reported = float(log.split("clock.skew node=skewed offset=")[1].split("s")[0])
-    assert abs(reported - seconds) < 0.5
+    # Measured over round trips: a loaded machine's stall may blur it, never by 30 s.
+    assert abs(reported - seconds) < 2
     # The cluster page shows the node's offset (its report is refreshed every second).
     nodes = wait_for(
         lambda: [n for n in cluster_status().nodes if n.get("clock_offset") is not None],
         30,
         "a node report with its clock offset",
     )
-    assert abs(nodes[0]["clock_offset"] - seconds) < 0.5
+    assert abs(nodes[0]["clock_offset"] - seconds) < 2
     assert nodes[0]["clock_skewed"] is True
     # Its report's own time is database time too: not 30 s off.
     seen = datetime.fromisoformat(nodes[0]["seen"])
@@ -226,7 +227,8 @@ def test_a_worker_whose_clock_is_behind_does_not_look_lost_and_reports_true_late
     )
     JobDefinition.objects.filter(pk=job.pk).update(enabled=False, next_run_at=None)
     lateness = (run.started_at - run.scheduled_for).total_seconds()
-    assert 0 <= lateness < 3, f"started_at is the worker's clock: {lateness:+.1f}s after the slot"
+    # The worker's clock would put it 60 s before the slot; a loaded machine, a few seconds after.
+    assert 0 <= lateness < 20, f"started_at is the worker's clock: {lateness:+.1f}s after the slot"
     run = wait_for(
         lambda: JobRun.objects.filter(pk=run.pk, status__in=["success", "failed"]).first(),
         30,
@@ -235,7 +237,7 @@ def test_a_worker_whose_clock_is_behind_does_not_look_lost_and_reports_true_late
     assert run.status == RunStatus.SUCCESS, run.error
     assert run.attempt == 1
     assert "run.lost" not in cluster.log("leader")
-    assert abs((run.finished_at - run.started_at) - run.duration) < timedelta(seconds=1)
+    assert abs((run.finished_at - run.started_at) - run.duration) < timedelta(seconds=5)
     assert timedelta(seconds=5) < run.duration < timedelta(seconds=10)
     heartbeat = JobRun.objects.get(pk=run.pk).heartbeat_at
-    assert abs((heartbeat - run.finished_at).total_seconds()) < 2
+    assert abs((heartbeat - run.finished_at).total_seconds()) < 10  # not the worker's -60 s
