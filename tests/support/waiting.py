@@ -3,6 +3,10 @@
 A test that means "until X happened" waits for X, never for a fixed time: on a loaded 2-core CI
 machine any fixed sleep is too short some day. The timeout is only reached when something is
 wrong, so make it generous, and say what is awaited: the failure names it.
+
+The reverse holds too: a TTL, a lease or a timeout that must still hold at the test's next call
+is seconds long, not a fraction of one, and a bound on a measured time leaves seconds for a
+stall; a process can stall between two lines for longer than 0.3 s on such a machine.
 """
 
 from __future__ import annotations
