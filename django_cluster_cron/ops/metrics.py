@@ -14,8 +14,11 @@ Where the numbers come out:
   (set it yourself, or the worker makes a fresh directory before the pool starts) and the main
   process's ``/metrics`` adds them up; a child that exits is marked dead for the live gauges.
 
-prometheus_client is imported only when a metric is first touched (or an exporter starts), after
-the worker has chosen the multiprocess directory: the client picks its value store at import.
+Each serves its own role's metrics only (:class:`Metrics` registers a role's metrics when the
+process first touches one). This app imports prometheus_client only when a metric is first
+touched (or an exporter starts), after the worker has chosen the multiprocess directory: the
+client picks its value store at import, and when another package imported it earlier the worker
+switches the store before making its metrics (:func:`prepare_worker_directory`).
 """
 
 from __future__ import annotations
@@ -76,13 +79,25 @@ class _Null:
 NULL: Any = _Null()
 
 
-class Metrics:
-    """Every metric this app exports, made once per process in the default registry."""
+class SchedulerMetrics:
+    """What a scheduler node exports: each attribute named here is a metric."""
+
+    leader: Any
+    lease_epoch: Any
+    lease_renewals: Any
+    ticks: Any
+    slots: Any
+    publish_latency: Any
+    publish_failures: Any
+    republished: Any
+    runs_lost: Any
+    oldest_pending: Any
+    armed: Any
+    clock_offset: Any
 
     def __init__(self) -> None:
         from prometheus_client import Counter, Gauge, Histogram
 
-        # -- the scheduler ----------------------------------------------------------------------
         self.leader = Gauge(
             "cluster_cron_leader",
             "1 while this scheduler node leads, 0 while it stands by.",
@@ -141,7 +156,21 @@ class Metrics:
             ["node"],
             multiprocess_mode="liveall",
         )
-        # -- the workers ------------------------------------------------------------------------
+
+
+class WorkerMetrics:
+    """What a worker exports, from the processes that run the bodies: each attribute named here
+    is a metric; the methods look up the series a run touches."""
+
+    runs: Any
+    duplicates: Any
+    run_duration: Any
+    last_success: Any
+    claim: Any
+
+    def __init__(self) -> None:
+        from prometheus_client import Counter, Gauge, Histogram
+
         self.runs = Counter(
             "cluster_cron_runs",
             "Runs by what happened on the worker: claimed, succeeded, failed, retried, skipped, "
@@ -208,6 +237,43 @@ class Metrics:
             )
             self._finished[label] = found
         return found
+
+
+def _members(role: type) -> tuple[str, ...]:
+    """The names a role's metrics are read by: its metrics and its public methods."""
+    methods = [name for name, value in vars(role).items() if callable(value) and name[0] != "_"]
+    return (*role.__annotations__, *methods)
+
+
+ROLE_MEMBERS = {role: _members(role) for role in (SchedulerMetrics, WorkerMetrics)}
+ROLE_OF = {name: role for role, names in ROLE_MEMBERS.items() for name in names}
+
+
+class Metrics:
+    """Every metric this app exports, in the default registry, made one role at a time: the
+    scheduler's the first time the process reads one of them, the worker's likewise. A process
+    registers what its role touches, so a scheduler's /metrics lists no worker series and a
+    worker's no scheduler series (each would read as zeros of something that never runs
+    there). Read a metric as an attribute (``get().ticks``); the first read of a role registers
+    all of its metrics at once, so its counters are exported from zero."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        role = ROLE_OF.get(name)
+        if role is None:
+            raise AttributeError(f"no metric or method {name!r}")
+        with self._lock:
+            if name not in self.__dict__:
+                try:
+                    made = role()
+                except Exception:  # never let metrics break scheduling or a run
+                    logger.exception("metrics.unavailable role=%s", role.__name__)
+                    made = NULL
+                for member in ROLE_MEMBERS[role]:
+                    self.__dict__[member] = getattr(made, member)
+        return self.__dict__[name]
 
 
 @functools.cache
@@ -298,12 +364,19 @@ def log_listening() -> None:
 
 
 def prepare_worker_directory() -> str | None:
-    """Before a worker's pool starts: make sure multiprocess mode has a directory.
+    """Before a worker's pool starts: make sure multiprocess mode has a directory, and that the
+    client keeps this app's values there.
 
     A directory given in the environment is kept across restarts on purpose: counters carry on
     (Prometheus handles either), and ``cluster_cron_last_success_timestamp_seconds`` — the
     dead-man's switch — survives a worker restart. The workers set no live gauges, the one kind a
     dead process's files would distort.
+
+    prometheus_client picks its value store when it is first imported. When something imported
+    it before the directory was set (Flower's Celery plugin does, as the ``celery`` command loads
+    it), it picked the in-memory store, which the main process's /metrics never reads: the store
+    is switched here, before any metric of this app is made, so the pool processes write theirs
+    to the directory.
     """
     if not installed():
         return None
@@ -313,11 +386,18 @@ def prepare_worker_directory() -> str | None:
         os.environ[MULTIPROC_ENV] = directory
     from prometheus_client import values
 
-    if "MultiProcess" not in getattr(values.ValueClass, "__qualname__", ""):
-        logger.warning(
-            "metrics.single_process: prometheus_client was imported before %s was set, so pool "
-            "processes' values are not added up; set %s in the worker's environment",
+    if not getattr(values.ValueClass, "_multiprocess", False):
+        values.ValueClass = values.get_value_class()  # type: ignore[no-untyped-call]
+        logger.info(
+            "metrics.multiprocess_store: prometheus_client was imported before %s was set; "
+            "this app's metrics are kept in %s from now on",
             MULTIPROC_ENV,
+            directory,
+        )
+    if _metrics.cache_info().currsize and {*ROLE_OF} & vars(_metrics()).keys():
+        logger.warning(
+            "metrics.made_early: this process made metrics before its pool started, so their "
+            "values are not exported; set %s in the worker's environment",
             MULTIPROC_ENV,
         )
     return directory

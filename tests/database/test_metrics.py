@@ -84,7 +84,7 @@ def test_a_standby_says_it_is_not_leading_and_runs_recorded_ahead_are_counted(
 
 def test_the_job_label_is_capped(settings):
     settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "METRICS_JOB_LABEL_LIMIT": 2}
-    found = metrics.Metrics.__new__(metrics.Metrics)
+    found = metrics.WorkerMetrics.__new__(metrics.WorkerMetrics)
     found._jobs, found._jobs_lock = set(), threading.Lock()
     assert [found.job_label(n) for n in ("a", "b", "c", "a")] == ["a", "b", metrics.OTHER_JOBS, "a"]
     settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "METRICS_JOB_LABEL_LIMIT": 0}

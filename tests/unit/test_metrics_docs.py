@@ -44,7 +44,8 @@ def exported_families() -> list[object]:
 
         setattr(prometheus_client, kind, make)
     try:
-        metrics.Metrics()
+        for role in metrics.ROLE_MEMBERS:  # the scheduler's and the workers'
+            role()
     finally:
         for kind, original in originals.items():
             setattr(prometheus_client, kind, original)
