@@ -3,8 +3,9 @@
 Used by ``manage.py cluster_health`` (exit 0 healthy, 1 not) and the JSON health view
 (:mod:`django_cluster_cron.ops.views`, HTTP 503 when not healthy). Every check reads either what
 the cluster page already reads (the leader row, the lease backend's holder and node reports) or
-a bounded slice of the ledger through an index — never every job or every run: the ledger can
-hold millions of rows. Times are the database's.
+a bounded slice of the ledger through an index — never every run: the ledger can hold millions
+of rows. The broker's check reads the live jobs' task names (one query), since only a Celery
+task's runs go through the broker. Times are the database's.
 
 A check is ``ok``, ``warn`` (worth a look, not an outage) or ``fail`` (the cluster is not doing
 its job); the cluster is healthy when no check fails.
@@ -22,7 +23,7 @@ from django.utils import timezone
 
 from ..conf import app_settings
 from ..dbtime import as_utc, database_now
-from ..models import JobRun, RunStatus
+from ..models import JobDefinition, JobRun, RunStatus
 from .status import ClusterStatus, cluster_status
 
 OK, WARN, FAIL = "ok", "warn", "fail"
@@ -80,7 +81,8 @@ class HealthReport:
 
 
 def cluster_health(*, broker: bool = True, now: datetime | None = None) -> HealthReport:
-    """Run every check (``broker=False`` skips connecting to the Celery broker)."""
+    """Run every check (``broker=False`` skips the Celery broker's, and its query of the live
+    jobs' tasks)."""
     try:
         now = now or database_now()
         status = cluster_status(now, runs=False)
@@ -252,7 +254,22 @@ def check_declared_jobs() -> Check:
     )
 
 
+def runs_on_celery() -> bool:
+    """Whether a live job's task is a Celery task: only such a job's runs (scheduled, or run now
+    while it is paused) go through the broker; a ``django.tasks`` task's go to its backend. One
+    query: the live jobs' task names, each told apart as the dispatcher does."""
+    from ..djtasks_app import resolve_task
+
+    names = JobDefinition.objects.order_by().values_list("task", flat=True).distinct()
+    return any(resolve_task(name) is None for name in names)
+
+
 def check_broker() -> Check:
+    """The Celery broker takes a connection, when a job needs it: a cluster whose jobs all run
+    as ``django.tasks`` tasks (or that has none) never connects to a broker, and is not judged
+    by one it does not have (Celery's default, ``amqp://localhost``)."""
+    if not runs_on_celery():
+        return Check("broker", OK, "not checked: no job runs on Celery")
     from ..celery_app import get_celery_app
 
     app = get_celery_app()

@@ -119,6 +119,26 @@ def test_the_command_exits_zero_when_healthy_and_prints_json(leader, capsys):
     assert {c["name"] for c in document["checks"]} >= {"leader", "broker"}
 
 
+def test_strict_says_not_healthy_when_a_warning_makes_it_exit_one(leader, capsys):
+    ahead = OffsetClock(
+        host=lambda: timezone.now() + timedelta(seconds=30), warn_after=timedelta(seconds=1)
+    )
+    leader(clock=ahead)  # a skewed clock: a warning, no failure
+    call_command("cluster_health", "--no-broker")  # exit 0: warnings do not fail
+    out = capsys.readouterr().out
+    assert "warn clock_skew:" in out
+    assert out.strip().endswith("cluster: healthy, with 1 warning")
+    with pytest.raises(SystemExit) as exited:
+        call_command("cluster_health", "--no-broker", "--strict")
+    assert exited.value.code == 1
+    out = capsys.readouterr().out
+    assert out.strip().endswith("cluster: NOT healthy (--strict: 1 warning)")
+    with pytest.raises(SystemExit):
+        call_command("cluster_health", "--no-broker", "--strict", "--json")
+    document = json.loads(capsys.readouterr().out)
+    assert (document["healthy"], document["strict"]) == (False, True)
+
+
 def test_runs_waiting_long_past_their_slot_warn_then_fail(leader, settings):
     leader()
     settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "OUTBOX_REPUBLISH_AFTER": 10}
@@ -190,6 +210,7 @@ def test_an_unreachable_broker_fails(leader, settings):
     from tests.testapp.celery import app
 
     leader()
+    make_job()  # a job whose task is a Celery task: its runs need the broker
     original = app.conf.broker_url
     app.conf.update(broker_url="redis://127.0.0.1:1/0")  # nothing listens on port 1
     try:
@@ -198,6 +219,77 @@ def test_an_unreachable_broker_fails(leader, settings):
         app.conf.update(broker_url=original)
     assert check.status == FAIL
     assert "unreachable" in check.reason
+
+
+# -- a cluster with no broker: django.tasks jobs on the database lease ----------------------------
+
+CLOSED_BROKER = "amqp://guest:guest@127.0.0.1:1//"  # nothing listens on port 1
+
+
+@pytest.fixture
+def database_only(settings, leader):
+    """A project of django.tasks jobs on the database lease (no Redis, no broker), whose Celery
+    app, if any, points at a broker that is not there; a leader leading it."""
+    from tests.testapp.celery import app
+
+    settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "LEASE_BACKEND": "database"}
+    original = app.conf.broker_url
+    app.conf.update(broker_url=CLOSED_BROKER)
+    job = JobDefinition(
+        name="tasks-only", cron="0 0 1 1 *", task="tests.testapp.dtasks.record", args=["x"]
+    )
+    job.full_clean()
+    job.save()
+    leader()
+    yield app
+    app.conf.update(broker_url=original)
+
+
+@pytest.fixture
+def no_celery_app(settings):
+    """No Celery app configured: celery.current_app is Celery's default app (here with its
+    broker on a closed port: Celery's default amqp://localhost may have a server on this host)."""
+    from celery import Celery, current_app
+
+    previous = current_app._get_current_object()  # type: ignore[attr-defined]
+    settings.CLUSTER_CRON = {k: v for k, v in settings.CLUSTER_CRON.items() if k != "CELERY_APP"}
+    Celery(set_as_current=True).conf.update(broker_url=CLOSED_BROKER)
+    yield
+    previous.set_current()
+
+
+@pytest.mark.parametrize("celery", ["configured", "none"])
+def test_a_cluster_of_django_tasks_jobs_is_not_judged_by_a_celery_broker(
+    database_only, request, celery, client, capsys
+):
+    if celery == "none":
+        request.getfixturevalue("no_celery_app")
+    report = cluster_health()
+    check = by_name(report)["broker"]
+    assert check.status == OK, report.lines()
+    assert "not checked: no job runs on Celery" in check.reason
+    assert report.healthy, report.lines()
+    call_command("cluster_health")  # no SystemExit: exit status 0
+    out = capsys.readouterr().out
+    assert "ok   broker: not checked: no job runs on Celery" in out
+    assert out.strip().endswith("cluster: healthy")
+    response = client.get(HEALTH)
+    assert response.status_code == 200, response.json()
+
+
+def test_one_celery_job_beside_them_makes_the_broker_count(database_only, capsys):
+    job = JobDefinition(name="on-celery", cron="0 0 1 1 *", task="tests.add", args=[1, 2])
+    job.full_clean()
+    job.save()
+    job.pause()  # a paused job can still be run now, through the broker
+    check = by_name(cluster_health())["broker"]
+    assert check.status == FAIL
+    assert "unreachable" in check.reason
+    with pytest.raises(SystemExit) as exited:
+        call_command("cluster_health")
+    assert exited.value.code == 1
+    job.soft_delete()  # a deleted job sends nothing
+    assert by_name(cluster_health())["broker"].status == OK
 
 
 def test_the_health_view_answers_json_200_or_503(leader, client, settings, redis_client):
