@@ -228,17 +228,20 @@ class JobDefinitionForm(forms.ModelForm):  # type: ignore[type-arg]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        current_task = self.instance.task if self.instance else None
-        self.fields["task"] = forms.ChoiceField(
-            choices=_task_choices(self.data.get("task") or current_task),
-            help_text=_help_text("task"),
-        )
+        # A field read-only here (a job declared in code, a view-only user) is not in the form:
+        # it is shown, never posted, so it is not added back as a required choice.
+        if "task" in self.fields:
+            current_task = self.instance.task if self.instance else None
+            self.fields["task"] = forms.ChoiceField(
+                choices=_task_choices(self.data.get("task") or current_task),
+                help_text=_help_text("task"),
+            )
         for name, example in (
             ("args", 'a list, such as [1, "two"] (or [] for none)'),
             ("kwargs", 'an object, such as {"limit": 10} (or {} for none)'),
         ):
             field = self.fields.get(name)
-            if field is None:  # read-only here (declared in code, or a view-only user)
+            if field is None:  # read-only here, as above
                 continue
             self.fields[name] = JSONText(
                 required=field.required,
@@ -258,12 +261,13 @@ class JobDefinitionForm(forms.ModelForm):  # type: ignore[type-arg]
                 label="Exclusions",
                 help_text=_help_text("exclusions") + " One rule per line.",
             )
-        self.fields["timezone"] = forms.ChoiceField(
-            choices=_timezone_choices()
-            + ([] if not self.data.get("timezone") else [(self.data["timezone"],) * 2]),
-            initial="UTC",
-            help_text=_help_text("timezone"),
-        )
+        if "timezone" in self.fields:
+            self.fields["timezone"] = forms.ChoiceField(
+                choices=_timezone_choices()
+                + ([] if not self.data.get("timezone") else [(self.data["timezone"],) * 2]),
+                initial="UTC",
+                help_text=_help_text("timezone"),
+            )
 
     def _restored(self, name: str) -> Any:
         stored = getattr(self.instance, name) if self.instance.pk else None
