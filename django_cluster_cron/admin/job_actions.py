@@ -36,6 +36,12 @@ from .job_form import (
     timing_from_query,
 )
 
+DELETED_REFUSED = "the job is deleted: restore it first."
+DELETED_READ_ONLY = (
+    "This job is deleted: it is read-only until it is restored (in the jobs list, filter "
+    'deleted: soft-deleted, select it and run "Restore selected jobs").'
+)
+
 
 class JobOperations(AuditedAdmin, admin.ModelAdmin):  # type: ignore[type-arg]
     """The jobs admin's operator actions and pages (JobDefinitionAdmin builds on it)."""
@@ -56,6 +62,21 @@ class JobOperations(AuditedAdmin, admin.ModelAdmin):  # type: ignore[type-arg]
 
     def has_softdelete_permission(self, request: HttpRequest) -> bool:
         return self._can(request, "softdelete")
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # A soft-deleted job is read-only until it is restored, whoever looks at it: its page is
+        # shown as a view-only page (DELETED_READ_ONLY says why) and a save is refused.
+        if obj is not None and getattr(obj, "deleted_at", None) is not None:
+            return False
+        return super().has_change_permission(request, obj)
+
+    def _live(
+        self, request: HttpRequest, queryset: QuerySet[JobDefinition]
+    ) -> QuerySet[JobDefinition]:
+        """The selected jobs that are not deleted; each deleted one is named as refused."""
+        for job in queryset.filter(deleted_at__isnull=False):
+            self.message_user(request, f"{job}: {DELETED_REFUSED}", messages.ERROR)
+        return cast("QuerySet[JobDefinition]", queryset.filter(deleted_at__isnull=True))
 
     # -- actions -------------------------------------------------------------------------
 
@@ -87,11 +108,12 @@ class JobOperations(AuditedAdmin, admin.ModelAdmin):  # type: ignore[type-arg]
 
     @admin.action(description="Pause selected jobs", permissions=["pause"])
     def pause_jobs(self, request: HttpRequest, queryset: QuerySet[JobDefinition]) -> None:
-        self._call(request, queryset.filter(enabled=True), "pause", "Paused")
+        self._call(request, self._live(request, queryset).filter(enabled=True), "pause", "Paused")
 
     @admin.action(description="Resume selected jobs (no catch-up)", permissions=["pause"])
     def resume_jobs(self, request: HttpRequest, queryset: QuerySet[JobDefinition]) -> None:
-        self._call(request, queryset.filter(enabled=False), "resume", "Resumed")
+        live = self._live(request, queryset)
+        self._call(request, live.filter(enabled=False), "resume", "Resumed")
 
     @admin.action(description="Run selected jobs now", permissions=["run"])
     def run_jobs_now(self, request: HttpRequest, queryset: QuerySet[JobDefinition]) -> None:
@@ -101,7 +123,7 @@ class JobOperations(AuditedAdmin, admin.ModelAdmin):  # type: ignore[type-arg]
             created = actions.run_now(job, by=by)
             return f"Run now: run {created.pk} ({created.status})."
 
-        self._each(request, queryset.filter(deleted_at__isnull=True), "Started", run)
+        self._each(request, self._live(request, queryset), "Started", run)
 
     @admin.action(description="Soft-delete selected jobs", permissions=["softdelete"])
     def soft_delete_jobs(self, request: HttpRequest, queryset: QuerySet[JobDefinition]) -> None:
@@ -153,6 +175,13 @@ class JobOperations(AuditedAdmin, admin.ModelAdmin):  # type: ignore[type-arg]
             raise Http404
         return cast(JobDefinition, job)
 
+    def _refused_if_deleted(self, request: HttpRequest, job: JobDefinition) -> HttpResponse | None:
+        """Back to the job's page with why, for a deleted job; None for a live one."""
+        if job.deleted_at is None:
+            return None
+        self.message_user(request, f"{job} is deleted: restore it first.", messages.ERROR)
+        return self._back(job)
+
     def _back(self, job: JobDefinition) -> HttpResponseRedirect:
         return HttpResponseRedirect(
             reverse("admin:django_cluster_cron_jobdefinition_change", args=[job.pk])
@@ -160,6 +189,8 @@ class JobOperations(AuditedAdmin, admin.ModelAdmin):  # type: ignore[type-arg]
 
     def pause_view(self, request: HttpRequest, pk: int) -> HttpResponse:
         job = self._job_or_404(request, pk, self.has_pause_permission(request))
+        if refused := self._refused_if_deleted(request, job):
+            return refused
         form = PauseForm(request.POST or None, initial={"note": job.pause_note})
         if request.method == "POST" and form.is_valid():
             job.pause(form.cleaned_data["note"])
@@ -173,6 +204,8 @@ class JobOperations(AuditedAdmin, admin.ModelAdmin):  # type: ignore[type-arg]
         job = self._job_or_404(request, pk, self.has_pause_permission(request))
         if request.method != "POST":
             return HttpResponseNotAllowed(["POST"])
+        if refused := self._refused_if_deleted(request, job):
+            return refused
         job.resume()
         self.log_change(request, job, "Resumed.")
         self.message_user(request, f"Resumed {job}; it runs from its next slot.", messages.SUCCESS)
@@ -182,6 +215,8 @@ class JobOperations(AuditedAdmin, admin.ModelAdmin):  # type: ignore[type-arg]
         job = self._job_or_404(request, pk, self.has_run_permission(request))
         if request.method != "POST":
             return HttpResponseNotAllowed(["POST"])
+        if refused := self._refused_if_deleted(request, job):
+            return refused
         try:
             run = actions.run_now(job, by=f"admin:{request.user.get_username()}")
         except ActionRefused as exc:
@@ -196,6 +231,8 @@ class JobOperations(AuditedAdmin, admin.ModelAdmin):  # type: ignore[type-arg]
 
     def backfill_view(self, request: HttpRequest, pk: int) -> HttpResponse:
         job = self._job_or_404(request, pk, self.has_backfill_permission(request))
+        if refused := self._refused_if_deleted(request, job):
+            return refused
         form = BackfillForm(request.POST or None)
         plan = None
         if request.method == "POST" and form.is_valid():

@@ -7,7 +7,7 @@ import json
 from datetime import datetime
 from typing import Any, cast
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
 from django.db.models import OuterRef, QuerySet, Subquery
 from django.http import (
@@ -34,7 +34,7 @@ from .display import (
     success_rate,
     zone_of,
 )
-from .job_actions import JobOperations
+from .job_actions import DELETED_READ_ONLY, JobOperations
 from .job_form import (
     POLICY_HELP,
     PREVIEW_COUNT,
@@ -393,6 +393,9 @@ class JobDefinitionAdmin(JobOperations):
     def render_change_form(
         self, request: HttpRequest, context: dict[str, Any], *args: Any, **kwargs: Any
     ) -> Any:
+        job = context.get("original")
+        if job is not None and job.deleted_at is not None:
+            messages.warning(request, DELETED_READ_ONLY)
         context.update(
             can_pause=self.has_pause_permission(request),
             can_run=self.has_run_permission(request),

@@ -150,6 +150,22 @@ class JobViewSet(Audited, viewsets.ModelViewSet):  # type: ignore[type-arg]
         "restore": "softdelete_jobdefinition",
     }
 
+    # What changes a job: refused on a soft-deleted one, which is read-only until restored.
+    changing_actions: ClassVar[frozenset[str]] = frozenset(
+        {"update", "partial_update", "pause", "resume", "run", "backfill"}
+    )
+
+    def get_object(self) -> JobDefinition:
+        job = cast(JobDefinition, super().get_object())
+        if job.deleted_at is not None and self.action in self.changing_actions:
+            raise ValidationError(
+                {
+                    "detail": "The job is deleted: it is read-only until it is restored "
+                    f"(POST jobs/{job.pk}/restore/)."
+                }
+            )
+        return job
+
     def perform_create(self, serializer: Any) -> None:
         """Save the job's fields, then pause or resume it as ``enabled`` says, through the very
         methods the pause/ and resume/ actions call; one transaction, one ``change_note``."""
@@ -229,7 +245,7 @@ class JobViewSet(Audited, viewsets.ModelViewSet):  # type: ignore[type-arg]
     @action(detail=True, methods=["post"])
     def run(self, request: Request, pk: str | None = None) -> Response:
         """Record and publish a ``manual`` run for now, through the overlap policy."""
-        job = self._live_job()
+        job = self.get_object()
         self.refuse_any_body(request, "run/")
         try:
             run = actions.run_now(job, by=f"api:{request.user}")
@@ -241,7 +257,7 @@ class JobViewSet(Audited, viewsets.ModelViewSet):  # type: ignore[type-arg]
     @action(detail=True, methods=["post"])
     def backfill(self, request: Request, pk: str | None = None) -> Response:
         """Record ``backfill`` runs for the slots of a past range that have none (bounded)."""
-        job = self._live_job()
+        job = self.get_object()
         body = BackfillSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         start, end = body.validated_data["start"], body.validated_data["end"]
@@ -271,12 +287,6 @@ class JobViewSet(Audited, viewsets.ModelViewSet):  # type: ignore[type-arg]
         except DjangoValidationError as exc:
             raise ValidationError(exc.message_dict) from None
         return Response(job_reply(request, job))
-
-    def _live_job(self) -> JobDefinition:
-        job = cast(JobDefinition, self.get_object())
-        if job.deleted_at is not None:
-            raise ValidationError({"detail": "The job is deleted; restore it first."})
-        return job
 
 
 @extend_schema_view(
