@@ -16,7 +16,7 @@ from tests.support.forms import posted_fields
 
 pytestmark = pytest.mark.django_db
 
-NIGHTLY = {"task": "tests.add", "schedule": "0 3 * * *", "timezone": "Europe/Berlin"}
+NIGHTLY = {"task": "tests.echo", "schedule": "0 3 * * *", "timezone": "Europe/Berlin"}
 FORM = "jobdefinition_form"
 
 
@@ -56,7 +56,7 @@ def test_a_declared_job_is_paused_from_its_page_by_unticking_enabled(settings, a
     assert response.status_code == 302, errors_of(response)
     job.refresh_from_db()
     assert (job.enabled, job.pause_note) == (False, "waiting for the new index")
-    assert (job.cron, job.timezone, job.task) == ("0 3 * * *", "Europe/Berlin", "tests.add")
+    assert (job.cron, job.timezone, job.task) == ("0 3 * * *", "Europe/Berlin", "tests.echo")
     # And resumed the same way.
     fields = posted_fields(admin_client.get(change_url(job)).content.decode(), FORM)
     fields.update(enabled="on", pause_note="", _save="Save")
@@ -82,11 +82,11 @@ def test_a_job_made_in_the_admin_still_saves_its_task_and_zone_from_its_page(adm
     job.full_clean()
     job.save()
     fields = posted_fields(admin_client.get(change_url(job)).content.decode(), FORM)
-    fields.update(timezone="America/New_York", task="tests.add", _save="Save")
+    fields.update(timezone="America/New_York", task="tests.whoami", _save="Save")
     response = admin_client.post(change_url(job), fields)
     assert response.status_code == 302, errors_of(response)
     job.refresh_from_db()
-    assert (job.timezone, job.task) == ("America/New_York", "tests.add")
+    assert (job.timezone, job.task) == ("America/New_York", "tests.whoami")
 
 
 # -- a soft-deleted job is read-only until restored ----------------------------------------------

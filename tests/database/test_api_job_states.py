@@ -29,7 +29,7 @@ def admin():
 
 
 def deleted_job() -> JobDefinition:
-    job = JobDefinition(name="old", cron="30 2 * * *", timezone="UTC", task="tests.add")
+    job = JobDefinition(name="old", cron="30 2 * * *", timezone="UTC", task="tests.echo")
     job.full_clean()
     job.save()
     job.soft_delete()
