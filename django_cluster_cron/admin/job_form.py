@@ -77,10 +77,13 @@ def preview_html(
     if not upcoming:
         notes.append("No more runs: the job is finished.")
     if isinstance(schedule, ExcludingSchedule):
-        until = upcoming[-1][0] if upcoming else now + timedelta(days=366)
-        skipped = schedule.excluded_after(now, until)
+        skipped = excluded_ahead(schedule, now, timing, upcoming)
         if skipped:
-            notes.append(f"Excluded: {'; '.join(skipped)}.")
+            listed = "; ".join(
+                f"{reason}, first run skipped {fire.astimezone(schedule.zone):%a %H:%M %Z}"
+                for fire, reason in skipped
+            )
+            notes.append(f"Excluded: {listed}.")
     return format_html(
         '<p>{}</p><p>{}</p><table class="dcc-upcoming"><thead><tr><th>{}</th><th>UTC</th>'
         "<th>{}</th><th>DST</th></tr></thead><tbody>{}</tbody></table>",
@@ -90,6 +93,20 @@ def preview_html(
         "jitter" if jittered else "",
         format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>", rows),
     )
+
+
+def excluded_ahead(
+    schedule: ExcludingSchedule,
+    now: datetime,
+    timing: SlotTiming,
+    upcoming: list[tuple[datetime, datetime]],
+) -> list[tuple[datetime, str]]:
+    """The dates the exclusions leave out among the runs listed, and the next ones beyond them
+    however far ahead (a few at least), inside the job's active period."""
+    after = max(now, timing.start_at) if timing.start_at else now
+    until = upcoming[-1][0] if upcoming else after
+    found = schedule.excluded_ahead(after, until)
+    return [(fire, why) for fire, why in found if timing.end_at is None or fire <= timing.end_at]
 
 
 def timing_from_query(query: Any) -> SlotTiming:

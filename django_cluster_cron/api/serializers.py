@@ -289,16 +289,30 @@ class BackfillSerializer(StrictBody):
 
 
 class PreviewQuerySerializer(serializers.Serializer):  # type: ignore[type-arg]
-    cron = serializers.CharField(max_length=200)
-    timezone = serializers.CharField(max_length=64, default="UTC")
+    """What to preview: a saved job (``job``) and any of its fields replaced, or a schedule
+    given field by field (``cron`` at least)."""
+
+    cron = serializers.CharField(
+        max_length=200, required=False, help_text="The schedule (required without job)."
+    )
+    timezone = serializers.CharField(
+        max_length=64, required=False, help_text="Default: the job's, else UTC."
+    )
     count = serializers.IntegerField(min_value=1, max_value=100, default=10)
     start_at = serializers.DateTimeField(required=False, help_text="No slot before this.")
     end_at = serializers.DateTimeField(required=False, help_text="No slot after this.")
     jitter = serializers.IntegerField(
-        min_value=0, max_value=MAX_JITTER, default=0, help_text="The job's jitter, seconds."
+        min_value=0,
+        max_value=MAX_JITTER,
+        required=False,
+        help_text="The job's jitter, seconds (default: the job's, else 0).",
     )
     job = serializers.IntegerField(
-        min_value=0, required=False, help_text="The job's id: its jitter offsets depend on it."
+        min_value=0,
+        required=False,
+        help_text="A saved job's id: its schedule, zone, exclusions, active period and jitter "
+        "are previewed, each replaced by the parameter of that name if given (needs "
+        "view_jobdefinition).",
     )
     exclusions = serializers.ListField(
         child=serializers.CharField(max_length=100),
@@ -325,7 +339,12 @@ class PreviewSerializer(serializers.Serializer):  # type: ignore[type-arg]
     )
     excluded = serializers.ListField(
         child=serializers.CharField(),
-        help_text="Each date the exclusions leave out up to the last of those runs, and why.",
+        help_text="Each date the exclusions leave out (no run that day), and why: every one up "
+        "to the last of those runs, and at least the next three however far ahead.",
+    )
+    excluded_at = serializers.ListField(
+        child=serializers.DateTimeField(),
+        help_text="For each of those dates, in the same order, the first slot it leaves out.",
     )
     slots = serializers.ListField(
         child=serializers.DateTimeField(),

@@ -20,6 +20,7 @@ exclusion costs fourteen look-ups, not a million.
 from __future__ import annotations
 
 import functools
+import heapq
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -32,9 +33,11 @@ from .timezones import gap_end, is_imaginary, to_instant, to_wall
 __all__ = ["ExcludingSchedule", "Exclusions", "parse_exclusions"]
 
 MAX_RULES = 200
-# The preview's list of excluded dates looks at this many fire times at most (an every-second
-# schedule past its end would otherwise be walked for a year).
+# The previews' list of excluded dates looks at this many excluded dates at most (ten years of a
+# long range of dates that the schedule rarely fires on).
 MAX_LOOKED = 10_000
+# The previews name at least this many excluded dates ahead, however far beyond the runs listed.
+AHEAD = 3
 # A schedule whose fire times over this long are all excluded never fires again (validation
 # refuses it when it is written).
 NEVER_AGAIN = timedelta(days=3653)
@@ -98,6 +101,33 @@ class Exclusions:
     dates: frozenset[date] = field(repr=False)
     ranges: tuple[tuple[date, date], ...] = field(repr=False)
     calendars: tuple[tuple[str, str | None], ...] = field(repr=False)
+
+    def days_between(self, first: date, last: date) -> Iterator[date]:
+        """Every excluded date from ``first`` to ``last`` (both included), in order, read from
+        the rules themselves (the holiday calendars a year at a time, as they are reached)."""
+
+        def dates() -> Iterator[date]:
+            yield from sorted(day for day in self.dates if first <= day <= last)
+
+        def each_day(start: date, end: date) -> Iterator[date]:
+            for offset in range((end - start).days + 1):
+                yield start + timedelta(days=offset)
+
+        def holidays(country: str, subdiv: str | None) -> Iterator[date]:
+            for year in range(first.year, last.year + 1):
+                found = _holidays_of_year(country, subdiv, year)
+                yield from sorted(day for day in found if first <= day <= last)
+
+        sources = [
+            dates(),
+            *(each_day(max(a, first), min(b, last)) for a, b in self.ranges),
+            *(holidays(country, subdiv) for country, subdiv in self.calendars),
+        ]
+        previous = None
+        for day in heapq.merge(*sources):
+            if day != previous:
+                yield day
+            previous = day
 
     def reason(self, day: date) -> str | None:
         """Why ``day`` is excluded ("2026-12-25: Christmas Day (DE-BY)"), or None."""
@@ -197,14 +227,34 @@ class ExcludingSchedule:
             if reason is None:
                 yield instant
 
-    def excluded_after(self, after: datetime, until: datetime) -> list[str]:
-        """Why each excluded date with fire times in ``(after, until]`` is excluded, in order."""
-        found: list[str] = []
-        for looked, (instant, reason) in enumerate(self._walk(after)):
-            if instant > until or len(found) >= MAX_RULES or looked >= MAX_LOOKED:
+    def excluded_ahead(
+        self, after: datetime, until: datetime, at_least: int = AHEAD
+    ) -> list[tuple[datetime, str]]:
+        """The excluded dates on which the schedule would fire after ``after``: each one whose
+        first such fire time is at or before ``until``, and at least ``at_least`` however far
+        ahead (within ten years); in order, each with that fire time and why it is excluded.
+
+        It walks the excluded dates, not the fire times: the next public holiday of an
+        every-minute job, months away, costs a look-up per excluded date, not one per minute.
+        """
+        found: list[tuple[datetime, str]] = []
+        first = to_wall(after, self.zone).date()
+        end = LAST_INSTANT.date()
+        last = first + NEVER_AGAIN if first < end - NEVER_AGAIN else end
+        fire: datetime | None = None  # the first fire time after the start of the day looked at
+        for looked, day in enumerate(self.exclusions.days_between(first, last)):
+            if looked >= MAX_LOOKED or len(found) >= MAX_RULES:
                 break
-            if reason is not None:
-                found.append(reason)
+            begin = max(after, self._start_of(day) - _TICK)
+            if fire is None or fire <= begin:
+                fire = self.inner.next_after(begin)
+                if fire is None:  # no more fire times at all
+                    break
+            if to_wall(fire, self.zone).date() != day:  # it does not fire on that day
+                continue
+            if fire > until and len(found) >= at_least:
+                break
+            found.append((fire, self.exclusions.reason(day) or str(day)))
         return found
 
     def _walk(self, after: datetime) -> Iterator[tuple[datetime, str | None]]:

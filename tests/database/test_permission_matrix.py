@@ -398,6 +398,7 @@ REQUESTS: dict[str, tuple[Call, Effect | None]] = {
         lambda o: fresh(o.pending).status == RunStatus.CANCELLED,
     ),
     "api.preview": (lambda c, o: c.get(f"{API}/preview/", {"cron": "* * * * *"}), None),
+    "api.preview-job": (lambda c, o: c.get(f"{API}/preview/", {"job": o.job.pk}), None),
     "api.health": (lambda c, o: c.get(f"{API}/health/", {"broker": "false"}), None),
     "api.schema": (lambda c, o: c.get(f"{API}/schema/"), None),
     "api.docs": (lambda c, o: c.get(f"{API}/docs/"), None),
