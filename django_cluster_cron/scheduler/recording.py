@@ -146,17 +146,24 @@ class Recorder:
     def return_parked(self, now: datetime) -> list[int]:
         """Bring back the jobs parked for a problem that is gone (a task the ``TASK_ALLOWLIST``
         admits again after a deploy, a row fixed by hand): they owe slots from ``now``, as after
-        a resume. The ids brought back. A leader calls it once per term."""
+        a resume. The ids brought back. A leader calls it once per term.
+
+        A job without a next run is not always parked: one whose last slot (a one-off's only
+        one, the last before its ``end_at``) was recorded ahead has decided every slot it has,
+        its watermark past ``now``. Slots are looked for after the watermark when it lies ahead,
+        so such a job finds none and stays as it is; the watermark never goes back."""
         returned = []
         for job in JobDefinition.objects.filter(enabled=True, next_run_at__isnull=True):
             if not job.is_scheduled or job.runtime_problem() is not None:
                 continue  # finished, or still wrong
-            next_run = next_due_after(job, now)
-            if next_run is None:  # past its end, or a schedule that never fires
+            decided = job.last_scheduled_at
+            after = decided if decided is not None and decided > now else now
+            next_run = next_due_after(job, after)
+            if next_run is None:  # past its end, its last slot decided, or one never fires
                 continue
             # Conditional: a row an operator changed meanwhile is theirs.
             if JobDefinition.objects.filter(pk=job.pk, next_run_at__isnull=True).update(
-                next_run_at=next_run, last_scheduled_at=now
+                next_run_at=next_run, last_scheduled_at=after
             ):
                 returned.append(job.pk)
         return returned

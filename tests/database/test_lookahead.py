@@ -366,3 +366,41 @@ def test_the_leader_that_led_before_keeps_no_prepared_run_after_losing_the_lease
     scheduler.step()
     assert not scheduler.is_leader
     assert scheduler.armed.count == 0
+
+
+@pytest.mark.parametrize("lease_kind", LEASES)
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"cron": "@at 2030-01-01T12:00"},
+        {"end_at": T0},
+        {"max_runs": 1},
+    ],
+    ids=["one-off", "end_at", "max_runs"],
+)
+def test_a_job_whose_last_slot_was_recorded_ahead_is_not_brought_back_by_the_next_leader(
+    make_scheduler, redis_client, fields, caplog
+):
+    """Its next run is empty because every slot it has is decided, not because it was parked
+    for a problem: a new term leaves it alone, its watermark where it is (issue 44, item 6)."""
+    clock = Clock(T0 - timedelta(seconds=30))
+    last = minutely("last", **fields)
+    gone = make_scheduler("node-a", clock, lookahead=AHEAD, ttl=1.5)
+    gone.step()
+    last.refresh_from_db()
+    assert (last.last_scheduled_at, last.next_run_at) == (T0, None)
+    successor = make_scheduler("node-b", clock, lookahead=AHEAD)
+
+    def leads():
+        successor.step()
+        return successor.is_leader
+
+    wait_for(leads, 30, "node-a's lease to expire and node-b to take over")
+    successor.step()
+    assert "job.returned" not in caplog.text
+    last.refresh_from_db()
+    assert (last.last_scheduled_at, last.next_run_at) == (T0, None)
+    clock.now = T0
+    successor.step()
+    assert sent_ids(redis_client) == [last.task_id_for(T0)]
+    assert JobRun.objects.filter(job=last).count() == 1
