@@ -16,7 +16,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.routers import DefaultRouter
 
-from . import views
+from . import preview, views
 
 app_name = "cluster_cron_api"
 
@@ -41,7 +41,7 @@ class SchemaView(SpectacularAPIView):
 
 urlpatterns = [
     *router.urls,
-    path("preview/", views.PreviewView.as_view(), name="preview"),
+    path("preview/", preview.PreviewView.as_view(), name="preview"),
     path("health/", views.HealthView.as_view(), name="health"),
     path(
         "schema/",
