@@ -23,13 +23,46 @@ from .declaration import (
 OPTION_FIELDS = ("queue", "priority", "expires")
 
 
+def is_crontab(schedule: Any) -> bool:
+    """Whether ``schedule`` is a celery ``crontab()`` (or made like one)."""
+    return all(hasattr(schedule, f"_orig_{part}") for part in ("minute", "hour"))
+
+
+def celery_zone(schedule: Any = None) -> tuple[str, str]:
+    """The zone Celery runs a ``crontab()`` in, and where that comes from: its app's
+    ``timezone`` (``CELERY_TIMEZONE`` in Django settings), else UTC, as Celery does."""
+    from django.conf import settings
+    from django.core.exceptions import ImproperlyConfigured
+
+    from ..celery_app import get_celery_app
+
+    app = getattr(schedule, "_app", None)
+    try:
+        conf = (app or get_celery_app()).conf
+    except ImproperlyConfigured:  # the checks say why (E006)
+        zone, local = getattr(settings, "CELERY_TIMEZONE", None), False
+    else:
+        zone, local = conf.timezone, not conf.enable_utc
+    if zone:
+        name = str(getattr(zone, "key", zone))
+        if not getattr(settings, "CELERY_TIMEZONE", None) and name == settings.TIME_ZONE:
+            return name, "the Celery app's timezone: Django's TIME_ZONE, CELERY_TIMEZONE is not set"
+        return name, "the Celery app's timezone, CELERY_TIMEZONE"
+    if local:
+        return "UTC", (
+            "no timezone is set and enable_utc is off, so Celery used each host's local time: "
+            "set the job's timezone if that was not UTC"
+        )
+    return "UTC", "no timezone is set (CELERY_TIMEZONE), so Celery's default"
+
+
 def schedule_text(schedule: Any) -> str:
     """The schedule's text: a string as it is, a celery ``crontab()`` as the fields it was built
     with, a ``timedelta`` (or a celery ``schedule(run_every=...)``) of whole seconds as
     ``@every``."""
     if isinstance(schedule, str):
         return schedule
-    if all(hasattr(schedule, f"_orig_{part}") for part in ("minute", "hour")):
+    if is_crontab(schedule):
         parts = ("minute", "hour", "day_of_month", "month_of_year", "day_of_week")
         return " ".join(str(getattr(schedule, f"_orig_{part}")) for part in parts)
     every = getattr(schedule, "run_every", schedule)
@@ -61,6 +94,9 @@ def entry_values(entry: Any) -> dict[str, Any]:
     missing = [key for key in ("task", "schedule") if key not in entry]
     if missing:
         raise DeclarationError("needs at least 'task' and 'schedule'", missing[0])
+    if is_crontab(entry["schedule"]) and "timezone" not in entry:
+        # Celery runs a crontab() in its app's zone: so does the job, unless the entry says.
+        entry["timezone"] = celery_zone(entry["schedule"])[0]
     entry["cron"] = schedule_text(entry.pop("schedule"))
     path = task_path(entry["task"])
     if path is not None:  # a django.tasks task given as itself: jobs name it by its path

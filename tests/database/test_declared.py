@@ -286,7 +286,7 @@ def test_celery_beat_schedule_from_settings_becomes_declarations_with_a_skip_rep
     call_command("import_celery_beat", "--from-settings", stdout=out)
     text = out.getvalue()
     assert "declare every-5-min: '@every 5m' -> tests.add [interval counted from 1970" in text
-    assert "declare weekdays: '30 9 * * 1-5' -> tests.echo" in text
+    assert "declare weekdays: '30 9 * * 1-5' in UTC -> tests.echo" in text
     assert "options not carried over: routing_key" in text
     assert "declare every-7-s: '@every 7s' -> tests.add" in text
     assert "skip    half-second: a timedelta schedule: an interval of 0.5 s" in text

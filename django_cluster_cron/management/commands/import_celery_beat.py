@@ -28,6 +28,7 @@ from django.utils import timezone
 from django_cluster_cron import audit
 from django_cluster_cron.celery_app import private_task_reason
 from django_cluster_cron.core.interval import format_duration
+from django_cluster_cron.declared.reading import celery_zone, is_crontab, schedule_text
 from django_cluster_cron.management.base import ClusterCronCommand
 from django_cluster_cron.models import JobDefinition
 
@@ -128,15 +129,24 @@ class Command(ClusterCronCommand):
         if not isinstance(schedule, dict) or not schedule:
             raise CommandError("settings.CELERY_BEAT_SCHEDULE is empty or not a dict.")
         jobs: dict[str, dict[str, Any]] = {}
+        zones: set[tuple[str, str]] = set()
         for name, entry in sorted(schedule.items()):
             declared, reason = _declaration(str(name), entry)
             if declared is None:
                 self.stdout.write(f"skip    {name}: {reason}")
                 continue
             jobs[str(name)] = declared
+            if is_crontab(entry["schedule"]):
+                zones.add(celery_zone(entry["schedule"]))
+            zone = f" in {declared['timezone']}" if "timezone" in declared else ""
             self.stdout.write(
-                f"declare {name}: '{declared['schedule']}' -> {declared['task']}"
+                f"declare {name}: '{declared['schedule']}'{zone} -> {declared['task']}"
                 + (f" [{reason}]" if reason else "")
+            )
+        for zone, source in sorted(zones):
+            # Beat runs a crontab() in the Celery app's zone: the job keeps that zone.
+            self.stdout.write(
+                f"A crontab() is read in {zone}, the zone Celery runs it in ({source})."
             )
         self.stdout.write(
             self.style.SUCCESS(
@@ -251,7 +261,6 @@ class Command(ClusterCronCommand):
 def _declaration(name: str, entry: Any) -> tuple[dict[str, Any] | None, str]:
     """A CELERY_BEAT_SCHEDULE entry as a CLUSTER_CRON["JOBS"] entry, or None and why not."""
     from django_cluster_cron.declared import Declaration, DeclarationError
-    from django_cluster_cron.declared.reading import schedule_text
 
     if not isinstance(entry, dict) or "task" not in entry or "schedule" not in entry:
         return None, "not a dict with 'task' and 'schedule'"
@@ -271,6 +280,8 @@ def _declaration(name: str, entry: Any) -> tuple[dict[str, Any] | None, str]:
     if cron.startswith("@every"):
         note = "interval counted from 1970-01-01T00:00:00Z"
     declared: dict[str, Any] = {"task": task, "schedule": cron}
+    if is_crontab(raw):
+        declared["timezone"] = celery_zone(raw)[0]
     if entry.get("args"):
         declared["args"] = list(entry["args"])
     if entry.get("kwargs"):
@@ -287,6 +298,7 @@ def _declaration(name: str, entry: Any) -> tuple[dict[str, Any] | None, str]:
         note = "; ".join(filter(None, [note, f"options not carried over: {', '.join(dropped)}"]))
     values = {
         "cron": cron,
+        "timezone": declared.get("timezone", "UTC"),
         "task": task,
         "args": declared.get("args", []),
         "kwargs": declared.get("kwargs", {}),

@@ -1,0 +1,107 @@
+"""Jobs declared in code as a new project meets them: a crontab() read in Celery's zone."""
+
+from __future__ import annotations
+
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+
+from django_cluster_cron.declared import forget_decorated
+from django_cluster_cron.declared.sync import sync
+from django_cluster_cron.models import JobDefinition
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+NIGHTLY = {"task": "tests.echo", "schedule": "0 3 * * *", "timezone": "Europe/Berlin"}
+
+
+@pytest.fixture(autouse=True)
+def _no_decorated():
+    forget_decorated()
+    yield
+    forget_decorated()
+
+
+def declare(settings, **jobs):
+    settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "JOBS": jobs}
+
+
+def without_jobs(settings):
+    """A settings module that does not mention JOBS (a one-off settings file)."""
+    settings.CLUSTER_CRON = {k: v for k, v in settings.CLUSTER_CRON.items() if k != "JOBS"}
+
+
+def run_sync_jobs(*args):
+    out, err = StringIO(), StringIO()
+    code = 0
+    try:
+        call_command("sync_jobs", *args, stdout=out, stderr=err)
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    return code, out.getvalue(), err.getvalue()
+
+
+# -- a celery crontab() is read in Celery's zone ---------------------------------------------------
+
+
+def test_import_from_settings_keeps_celery_timezone_and_says_which_zone(settings):
+    from celery.schedules import crontab
+
+    settings.CELERY_TIMEZONE = "Europe/Berlin"
+    settings.CELERY_BEAT_SCHEDULE = {
+        "nightly": {"task": "tests.echo", "schedule": crontab(minute=0, hour=3)},
+        "often": {"task": "tests.echo", "schedule": 300},
+    }
+    out = StringIO()
+    call_command("import_celery_beat", "--from-settings", stdout=out)
+    text = out.getvalue()
+    assert "declare nightly: '0 3 * * *' in Europe/Berlin -> tests.echo" in text
+    assert (
+        "A crontab() is read in Europe/Berlin, the zone Celery runs it in (the Celery app's "
+        "timezone, CELERY_TIMEZONE)" in text
+    )
+    namespace: dict[str, object] = {"CLUSTER_CRON": {}}
+    exec(text[text.index('CLUSTER_CRON["JOBS"]') :], namespace)
+    jobs = namespace["CLUSTER_CRON"]["JOBS"]  # type: ignore[index]
+    assert jobs["nightly"]["timezone"] == "Europe/Berlin"
+    assert "timezone" not in jobs["often"]  # an interval is the same in every zone
+    declare(settings, **jobs)
+    sync()
+    job = JobDefinition.objects.get(name="nightly")
+    assert job.timezone == "Europe/Berlin"
+    assert job.next_run_at.astimezone(job.schedule.zone).hour == 3
+
+
+def test_a_crontab_declared_in_jobs_runs_in_celerys_zone_unless_the_entry_names_one(settings):
+    from celery.schedules import crontab
+
+    settings.CELERY_TIMEZONE = "Europe/Berlin"
+    declare(
+        settings,
+        berlin={"task": "tests.echo", "schedule": crontab(minute=0, hour=3)},
+        tokyo={
+            "task": "tests.echo",
+            "schedule": crontab(minute=0, hour=3),
+            "timezone": "Asia/Tokyo",
+        },
+        text={"task": "tests.echo", "schedule": "0 3 * * *"},
+    )
+    sync()
+    zones = dict(JobDefinition.objects.values_list("name", "timezone"))
+    assert zones == {"berlin": "Europe/Berlin", "tokyo": "Asia/Tokyo", "text": "UTC"}
+
+
+def test_without_celery_timezone_a_crontab_is_read_in_djangos_time_zone_as_celery_does(settings):
+    from celery.schedules import crontab
+
+    settings.CELERY_TIMEZONE = None
+    settings.TIME_ZONE = "Asia/Tokyo"  # what Celery falls back to under Django
+    settings.CELERY_BEAT_SCHEDULE = {"nightly": {"task": "tests.echo", "schedule": crontab(0, 3)}}
+    out = StringIO()
+    call_command("import_celery_beat", "--from-settings", stdout=out)
+    assert "declare nightly: '0 3 * * *' in Asia/Tokyo -> tests.echo" in out.getvalue()
+    assert (
+        "A crontab() is read in Asia/Tokyo, the zone Celery runs it in (the Celery app's "
+        "timezone: Django's TIME_ZONE, CELERY_TIMEZONE is not set)" in out.getvalue()
+    )
