@@ -25,7 +25,7 @@ Two ways, which may be mixed:
       }}
 
 A celery ``crontab()`` runs in the zone Celery runs it in (its app's ``timezone``) unless the
-entry names a ``timezone``.
+entry names a ``timezone``; errors name the entry's keys (``schedule``, not the job's ``cron``).
 
 A declaration is validated exactly like the admin's form (the model's ``full_clean()``). One that
 is invalid or cannot be read is *left out*, never a reason to stop: :func:`collect` returns it as

@@ -16,6 +16,8 @@ from ..models.fields import DEFINITION_FIELDS
 # declared job. Operators keep enabled/pause_note (pause, resume) and the actions.
 CODE_FIELDS = DEFINITION_FIELDS
 SETTINGS_ORIGIN = "settings CLUSTER_CRON['JOBS']"
+# A job field a declaration writes under another name.
+DECLARED_AS = {"cron": "schedule"}
 
 
 class DeclarationError(Exception):
@@ -55,12 +57,12 @@ class Declaration:
             job.check_name_in_database = False
             job.full_clean(validate_constraints=False)
         except ValidationError as exc:
-            return dict(exc.message_dict)
+            return _as_declared(exc.message_dict)
         except Exception as exc:  # a type no check expects: reported, never a crash
             try:
                 self.job().clean_fields()
             except ValidationError as by_field:
-                return dict(by_field.message_dict)
+                return _as_declared(by_field.message_dict)
             except Exception:  # the first error is the one reported below
                 pass
             return {NON_FIELD_ERRORS: [f"cannot be checked: {type(exc).__name__}: {exc}"]}
@@ -68,6 +70,12 @@ class Declaration:
 
     def digest(self) -> str:
         return hashlib.sha256(_canonical({"name": self.name, **self.values}).encode()).hexdigest()
+
+
+def _as_declared(errors: Mapping[str, list[str]]) -> dict[str, list[str]]:
+    """The model's errors under the names a declaration uses: the job's ``cron`` is declared
+    as ``schedule`` (the settings entry's key, the decorator's first argument)."""
+    return {DECLARED_AS.get(name, name): list(messages) for name, messages in errors.items()}
 
 
 @dataclass(frozen=True)

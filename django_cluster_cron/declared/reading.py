@@ -91,6 +91,10 @@ def entry_values(entry: Any) -> dict[str, Any]:
         if key not in allowed:
             close = difflib.get_close_matches(str(key), allowed, n=1)
             values_of({key: None}, hint=f" (did you mean {close[0]!r}?)" if close else "")
+    if "cron" in entry:
+        raise DeclarationError(
+            "'cron' is declared as 'schedule' here, e.g. 'schedule': '0 3 * * *'", "cron"
+        )
     missing = [key for key in ("task", "schedule") if key not in entry]
     if missing:
         raise DeclarationError("needs at least 'task' and 'schedule'", missing[0])

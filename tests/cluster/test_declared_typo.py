@@ -39,7 +39,7 @@ def test_a_typod_declaration_leaves_every_other_job_running(cluster: Any) -> Non
     )
     assert synced.returncode == 1, (synced.stdout, synced.stderr)
     assert "create    every-second" in synced.stdout
-    assert "invalid   typo (cron: minute field: '61'" in synced.stdout
+    assert "invalid   typo (schedule: minute field: '61'" in synced.stdout
     assert "SystemCheckError" not in synced.stderr
     job = JobDefinition.objects.get(name="every-second")
     assert not JobDefinition.objects.filter(name="typo").exists()

@@ -204,7 +204,7 @@ def test_a_bad_declared_job_is_a_warning_so_every_command_still_runs(cron_settin
     assert message.id == "cluster_cron.W005"
     assert message.level < ERROR
     assert message.msg.startswith("Declared job 'typo' (settings CLUSTER_CRON['JOBS']['typo']):")
-    assert "cron: day-of-week field: '8'" in message.msg
+    assert "schedule: day-of-week field: '8'" in message.msg
     assert "leaves this job out" in (message.hint or "")
     err = StringIO()
     call_command("check", stdout=StringIO(), stderr=err)  # no SystemCheckError

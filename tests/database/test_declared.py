@@ -148,10 +148,10 @@ def test_an_invalid_declaration_is_a_check_warning_naming_the_job_and_field_and_
     assert [m.id for m in messages] == ["cluster_cron.W005"]
     assert messages[0].level == WARNING  # an error would stop every command, so every job
     assert "'broken'" in messages[0].msg
-    assert "cron: minute field" in messages[0].msg
+    assert "schedule: minute field" in messages[0].msg
     code, out = run_sync_jobs()
     assert code == 1
-    assert "invalid   broken (cron: minute field: '61'" in out
+    assert "invalid   broken (schedule: minute field: '61'" in out
     assert "Left out: no job created." in out
     assert not JobDefinition.objects.exists()
 
@@ -357,7 +357,7 @@ def test_sync_jobs_syncs_the_valid_ones_names_the_bad_one_and_exits_one(settings
     text = out.getvalue()
     assert "create    hourly" in text
     assert "create    nightly" in text
-    assert "invalid   broken (cron: minute field: '61' — 61 is out of range 0-59. " in text
+    assert "invalid   broken (schedule: minute field: '61' — 61 is out of range 0-59. " in text
     assert "Declared at settings CLUSTER_CRON['JOBS']['broken']. Left out: no job" in text
     assert "1 declaration(s) left out, fix them and sync again: broken" in err.getvalue()
     synced = set(JobDefinition.objects.values_list("name", flat=True))
@@ -377,7 +377,7 @@ def test_a_synced_job_whose_declaration_became_invalid_is_left_exactly_as_it_was
     with caplog.at_level("WARNING", logger="django_cluster_cron.sync"):
         code, out = run_sync_jobs()
     assert code == 1
-    assert "invalid   nightly (cron:" in out
+    assert "invalid   nightly (schedule:" in out
     assert "Left out: the job keeps its last synced definition." in out
     assert "update    hourly: cron '0 * * * *' -> '30 * * * *'" in out
     assert "disable" not in out
@@ -385,7 +385,7 @@ def test_a_synced_job_whose_declaration_became_invalid_is_left_exactly_as_it_was
     assert JobDefinition.objects.filter(name="nightly").values().get() == before
     assert JobDefinition.objects.get(name="hourly").cron == "30 * * * *"
     [logged] = [r.getMessage() for r in caplog.records if "declared.invalid" in r.getMessage()]
-    assert logged.startswith("declared.invalid job=nightly by=sync_jobs cron:")
+    assert logged.startswith("declared.invalid job=nightly by=sync_jobs schedule:")
     # Fixed in the release after: synced as any change.
     declare(settings, nightly={**NIGHTLY, "max_retries": 5}, hourly={**NIGHTLY})
     assert {c.name: c.action for c in sync().changes} == {"nightly": "update", "hourly": "update"}
@@ -488,7 +488,7 @@ def test_cluster_health_shows_a_declaration_left_out_as_a_warning(settings, caps
     declare(settings, nightly=NIGHTLY, broken={**NIGHTLY, "schedule": "61 * * * *"})
     check = check_declared_jobs()
     assert (check.status, check.value) == (WARN, 1)
-    assert check.reason.startswith("1 declared job(s) left out of the sync: 'broken' (cron:")
+    assert check.reason.startswith("1 declared job(s) left out of the sync: 'broken' (schedule:")
     with contextlib.suppress(SystemExit):  # no leader in this test: that check fails
         call_command("cluster_health", "--no-broker")
     assert f"warn declared_jobs: {check.reason}" in capsys.readouterr().out
@@ -507,11 +507,13 @@ def test_the_admin_tells_operators_which_declaration_was_left_out_and_why(settin
     jobs = admin_client.get(reverse("admin:django_cluster_cron_jobdefinition_changelist"))
     page = jobs.content.decode()
     assert "1 job declared in code is left out of the sync until fixed" in page
-    assert "<strong>nightly</strong>: cron: minute field: &#x27;61&#x27;" in page
+    assert "<strong>nightly</strong>: schedule: minute field: &#x27;61&#x27;" in page
     cluster = admin_client.get(reverse("admin:django_cluster_cron_clusterstatus_changelist"))
-    assert "<strong>nightly</strong>: cron: minute field" in cluster.content.decode()
+    assert "<strong>nightly</strong>: schedule: minute field" in cluster.content.decode()
     job = JobDefinition.objects.get(name="nightly")
     change = admin_client.get(
         reverse("admin:django_cluster_cron_jobdefinition_change", args=[job.pk])
     )
-    assert "Its declaration is invalid and left out of the sync: cron:" in change.content.decode()
+    assert "Its declaration is invalid and left out of the sync: schedule:" in (
+        change.content.decode()
+    )

@@ -1,4 +1,5 @@
-"""Jobs declared in code as a new project meets them: a crontab() read in Celery's zone."""
+"""Jobs declared in code as a new project meets them: a crontab() read in Celery's zone, and
+errors named by the key the user wrote."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
-from django_cluster_cron.declared import forget_decorated
+from django_cluster_cron.checks import check_settings
+from django_cluster_cron.declared import cron, forget_decorated
 from django_cluster_cron.declared.sync import sync
 from django_cluster_cron.models import JobDefinition
 
@@ -105,3 +107,37 @@ def test_without_celery_timezone_a_crontab_is_read_in_djangos_time_zone_as_celer
         "A crontab() is read in Asia/Tokyo, the zone Celery runs it in (the Celery app's "
         "timezone: Django's TIME_ZONE, CELERY_TIMEZONE is not set)" in out.getvalue()
     )
+
+
+# -- errors name the key the user wrote ------------------------------------------------------------
+
+
+def test_a_bad_schedule_is_reported_under_schedule_the_key_declared(settings):
+    from celery import shared_task
+
+    declare(settings, broken={**NIGHTLY, "schedule": "61 * * * *"})
+
+    @cron("0 3 * * 8")
+    @shared_task(name="tests.declared_bad_day")
+    def bad_day() -> None:
+        pass
+
+    messages = sorted(m.msg for m in check_settings())
+    assert len(messages) == 2
+    assert (
+        "Declared job 'broken' (settings CLUSTER_CRON['JOBS']['broken']): schedule: minute"
+        in (messages[0])
+    )
+    assert "Declared job 'tests.declared_bad_day'" in messages[1]
+    assert ": schedule: day-of-week field: '8'" in messages[1]
+    code, out, _ = run_sync_jobs()
+    assert code == 1
+    assert "invalid   broken (schedule: minute field: '61'" in out
+    assert "cron:" not in out
+
+
+def test_a_cron_key_in_jobs_is_refused_with_the_key_to_use(settings):
+    declare(settings, odd={"task": "tests.echo", "cron": "0 3 * * *"})
+    [message] = check_settings()
+    assert message.id == "cluster_cron.W004"
+    assert "cron: 'cron' is declared as 'schedule' here" in message.msg
