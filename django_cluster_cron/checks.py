@@ -33,7 +33,9 @@ from __future__ import annotations
 
 import difflib
 import importlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from django.conf import settings
@@ -197,11 +199,28 @@ def _sets_tasks() -> bool:
     return bool(found) and found is not getattr(global_settings, "TASKS", None)
 
 
+# Set while a command that reports every declaration it leaves out runs its checks (sync_jobs).
+_declarations_reported = ContextVar("declarations_reported", default=False)
+
+
+@contextmanager
+def declarations_reported_by_the_command() -> Iterator[None]:
+    """The checks run inside leave W004/W005 out: the command says each of them itself."""
+    token = _declarations_reported.set(True)
+    try:
+        yield
+    finally:
+        _declarations_reported.reset(token)
+
+
 def _check_declarations() -> list[CheckMessage]:
     """Jobs declared in code, validated as the admin validates a job: a warning per problem
     (W004 if the declaration cannot be read, W005 per invalid field), naming the job, where it
     is declared and the field. Warnings: the sync leaves the job out and the others run."""
     from .declared import collect
+
+    if _declarations_reported.get():
+        return []
 
     hint = (
         "Fix the declaration. Until then sync_jobs leaves this job out (a job synced before "

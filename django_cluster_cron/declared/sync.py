@@ -123,8 +123,11 @@ def _left_out(rejected: Rejected, row: JobDefinition | None) -> Change:
     return Change("invalid", rejected.name, rejected.origin, reason=reason)
 
 
-def sync(*, dry_run: bool = False, by: str = "sync_jobs") -> SyncResult:
-    """Plan, and unless ``dry_run`` apply, in one transaction that holds the sync lock."""
+def sync(*, dry_run: bool = False, by: str = "sync_jobs", log_each: bool = True) -> SyncResult:
+    """Plan, and unless ``dry_run`` apply, in one transaction that holds the sync lock.
+
+    ``log_each``: log each declaration left out (``declared.invalid``); a caller that prints
+    every change itself (``sync_jobs``) turns it off, so that each is said once."""
     declared = collect()
     version = app_settings.JOBS_VERSION
     digest = _digest(declared.valid)
@@ -147,7 +150,7 @@ def sync(*, dry_run: bool = False, by: str = "sync_jobs") -> SyncResult:
         state.synced_by = by[:255]
         state.save()
     result = SyncResult(changes, applied=True)
-    for change in changes:
+    for change in changes if log_each else ():
         if change.action == "invalid":
             logger.warning("declared.invalid job=%s by=%s %s", change.name, by, change.reason)
     changed = any(change.action != "unchanged" for change in changes)

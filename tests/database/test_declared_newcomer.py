@@ -1,8 +1,11 @@
-"""Jobs declared in code as a new project meets them: a crontab() read in Celery's zone, and
-errors named by the key the user wrote."""
+"""Jobs declared in code as a new project meets them: a crontab() read in Celery's zone, errors
+named by the key the user wrote, and each left-out declaration reported once by sync_jobs."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from io import StringIO
 
 import pytest
@@ -141,3 +144,24 @@ def test_a_cron_key_in_jobs_is_refused_with_the_key_to_use(settings):
     [message] = check_settings()
     assert message.id == "cluster_cron.W004"
     assert "cron: 'cron' is declared as 'schedule' here" in message.msg
+
+
+# -- sync_jobs says each problem once ------------------------------------------------------------
+
+
+def test_sync_jobs_reports_each_left_out_declaration_once(django_subprocess_env):
+    jobs = {"nightly": NIGHTLY, "broken": {**NIGHTLY, "schedule": "61 * * * *"}}
+    env = {**django_subprocess_env, "TEST_CLUSTER_CRON": json.dumps({"JOBS": jobs})}
+    done = subprocess.run(
+        [sys.executable, "-m", "django", "sync_jobs"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    said = done.stdout + done.stderr
+    assert said.count("minute field: '61'") == 1, said
+    assert "invalid   broken (schedule: minute field: '61'" in done.stdout
+    assert "1 declaration(s) left out, fix them and sync again: broken" in done.stderr
+    assert JobDefinition.objects.filter(name="nightly").exists()

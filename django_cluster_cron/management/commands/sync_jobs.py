@@ -7,6 +7,7 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
+from django_cluster_cron.checks import declarations_reported_by_the_command
 from django_cluster_cron.declared.sync import sync
 from django_cluster_cron.management.base import ClusterCronCommand
 
@@ -23,8 +24,15 @@ class Command(ClusterCronCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--dry-run", action="store_true", help="Show the plan; change nothing.")
 
+    def check(self, *args: Any, **kwargs: Any) -> None:
+        # This command reports each declaration it leaves out, with what became of its job:
+        # the checks' W004/W005 would say the same again before it.
+        with declarations_reported_by_the_command():
+            super().check(*args, **kwargs)
+
     def handle(self, *args: Any, **options: Any) -> None:
-        result = sync(dry_run=options["dry_run"], by="sync_jobs")
+        # Each change is printed below, once: not logged as well.
+        result = sync(dry_run=options["dry_run"], by="sync_jobs", log_each=False)
         if result.skipped:
             self.stdout.write(f"Skipped: {result.skipped}.")
         for change in result.changes:
