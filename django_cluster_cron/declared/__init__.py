@@ -151,7 +151,7 @@ def collect(*, import_tasks: bool = True) -> Declared:
         from ..celery_app import import_task_modules
 
         import_task_modules()
-    found, rejected, readable = from_settings()
+    found, rejected, settings_unknown = from_settings()
     rejected = list(rejected)
     in_settings = {d.name: d.origin for d in found} | {r.name: r.origin for r in rejected}
     with _lock:
@@ -173,7 +173,7 @@ def collect(*, import_tasks: bool = True) -> Declared:
             rejected.append(declared)
         else:
             candidates.append(declared)
-    result = Declared(settings_readable=readable)
+    result = Declared(settings_unknown=settings_unknown)
     for declaration in candidates:
         errors = declaration.errors()
         if errors:

@@ -18,6 +18,7 @@ CODE_FIELDS = DEFINITION_FIELDS
 SETTINGS_ORIGIN = "settings CLUSTER_CRON['JOBS']"
 # A job field a declaration writes under another name.
 DECLARED_AS = {"cron": "schedule"}
+NOT_REMOVED = "not disabled as removed from code"
 
 
 class DeclarationError(Exception):
@@ -109,12 +110,42 @@ class Declared:
 
     valid: list[Declaration] = field(default_factory=list)
     rejected: list[Rejected] = field(default_factory=list)
-    # CLUSTER_CRON["JOBS"] itself could not be read (not a dict): no settings entry is known, so
-    # a sync must not take the jobs synced from settings for removed ones.
-    settings_readable: bool = True
+    # Why the running settings say nothing of the jobs declared in CLUSTER_CRON["JOBS"], and so
+    # what a sync does not do ("" when they do): JOBS is not set (a one-off settings module) or
+    # cannot be read. A sync then takes none of the jobs synced from settings for removed.
+    settings_unknown: str = ""
 
     def left_out(self) -> set[str]:
         return {rejected.name for rejected in self.rejected}
+
+    def unknown_reason(self, origin: str) -> str:
+        """Why a job synced from ``origin`` and not declared now cannot be taken for removed:
+        what declared it was not read here ("" when it was, and no longer declares the job)."""
+        if origin.startswith(SETTINGS_ORIGIN):
+            return self.settings_unknown
+        why = unread_module(origin)
+        return f"{why}: {NOT_REMOVED}" if why else ""
+
+
+def unread_module(origin: str) -> str:
+    """For a job declared with ``@cron`` at ``origin`` (``module:line``): why that module does
+    not tell whether it still declares the job, or "" when it does tell (it was imported here,
+    so its decorators ran, or it no longer exists)."""
+    import importlib.util
+    import sys
+
+    module = origin.rpartition(":")[0] if origin.rpartition(":")[2].isdigit() else origin
+    if not module or module in sys.modules:
+        return ""
+    try:
+        exists = importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # its package is gone too
+        exists = False
+    except Exception as exc:  # its package fails to import here: nothing is known
+        return f"declared at {origin}, in {module}, which cannot be imported here ({exc})"
+    if not exists:
+        return ""
+    return f"declared at {origin}, in {module}, a module not imported under these settings"
 
 
 def _canonical(value: Any) -> str:

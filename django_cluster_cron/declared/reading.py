@@ -12,6 +12,7 @@ from ..core.interval import format_duration
 from ..djtasks_app import task_path
 from .declaration import (
     CODE_FIELDS,
+    NOT_REMOVED,
     SETTINGS_ORIGIN,
     Declaration,
     DeclarationError,
@@ -117,19 +118,30 @@ def entry_values(entry: Any) -> dict[str, Any]:
     return values_of(entry)
 
 
-def from_settings() -> tuple[list[Declaration], list[Rejected], bool]:
-    """The entries that can be read, the ones that cannot, and whether ``JOBS`` itself could."""
+def from_settings() -> tuple[list[Declaration], list[Rejected], str]:
+    """The entries that can be read, the ones that cannot, and why the settings say nothing of
+    the jobs declared there ("" when they do: ``JOBS`` is set and is a dict)."""
     from ..conf import app_settings
 
+    if "JOBS" not in app_settings.raw():
+        # A settings module that does not set JOBS (a one-off one, for a command) does not say
+        # that the jobs declared in the project's settings are gone.
+        unknown = (
+            f"declared in {SETTINGS_ORIGIN}, which these settings do not set: {NOT_REMOVED}. Set "
+            "CLUSTER_CRON['JOBS'] (to {} if it declares none) for a sync to disable the jobs "
+            "removed from it"
+        )
+        return [], [], unknown
     raw = app_settings.JOBS
     if raw is None:
         raw = {}
     if not isinstance(raw, Mapping):
         problem = f"must be a dict of job name -> job fields, not {type(raw).__name__}"
+        unknown = f"declared in {SETTINGS_ORIGIN}, which cannot be read: {NOT_REMOVED}"
         return (
             [],
             [Rejected(SETTINGS_ORIGIN, SETTINGS_ORIGIN, (("", problem),), unreadable=True)],
-            False,
+            unknown,
         )
     found: list[Declaration] = []
     rejected: list[Rejected] = []
@@ -144,4 +156,4 @@ def from_settings() -> tuple[list[Declaration], list[Rejected], bool]:
             found.append(Declaration(name=name, origin=where, values=entry_values(entry)))
         except DeclarationError as exc:
             rejected.append(Rejected(name, where, ((exc.field, exc.message),), unreadable=True))
-    return found, rejected, True
+    return found, rejected, ""

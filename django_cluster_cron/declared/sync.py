@@ -8,6 +8,13 @@ admin with a declared job's name is a **conflict**: reported, left alone (rename
 Operators keep pausing and resuming declared jobs: sync never touches ``enabled`` except for
 jobs it disabled itself.
 
+A row is taken for removed only when what declared it was read and no longer declares it: the
+running settings set ``CLUSTER_CRON["JOBS"]`` (``{}`` included) for a job declared there, the
+module named by its origin was imported (or is gone) for an ``@cron`` one. Otherwise it is
+**kept** as it is, with why (logged as ``sync.kept``): a settings module without ``JOBS`` (one
+written for a single command, ``migrate`` say) would otherwise disable every job declared in the
+project's settings.
+
 A declaration that is invalid or cannot be read is **left out** (``invalid``, logged as
 ``declared.invalid``) and the others are synced. Its row, if an earlier release synced it, stays
 exactly as last synced: not updated, not disabled, so a typo in a deploy stops no job that ran
@@ -32,7 +39,7 @@ from .. import audit
 from ..conf import app_settings
 from ..dbtime import database_now
 from ..models import JobDefinition, JobSync
-from . import CODE_FIELDS, SETTINGS_ORIGIN, Declaration, Declared, Rejected, collect
+from . import CODE_FIELDS, Declaration, Declared, Rejected, collect
 
 logger = logging.getLogger("django_cluster_cron.sync")
 
@@ -41,7 +48,9 @@ REMOVED_NOTE = "removed from code"
 
 @dataclass
 class Change:
-    action: str  # create, update, disable, enable, unchanged, conflict, invalid
+    # create, update, disable, enable, unchanged, conflict, invalid; kept: not declared here, but
+    # not disabled either (what declared it was not read: settings without JOBS, say)
+    action: str
     name: str
     origin: str = ""
     fields: dict[str, tuple[Any, Any]] = field(default_factory=dict)
@@ -105,9 +114,11 @@ def plan(declared: Declared) -> list[Change]:
     gone = JobDefinition.objects.filter(source="code", enabled=True).exclude(
         name__in=[*by_name, *left_out]
     )
-    if not declared.settings_readable:  # no entry of JOBS is known: none of them is gone
-        gone = gone.exclude(code_origin__startswith=SETTINGS_ORIGIN)
-    changes += [Change("disable", job.name, job.code_origin) for job in gone]
+    for job in gone.order_by("name"):
+        # Disabled only if what declared it was read here and no longer declares it.
+        unknown = declared.unknown_reason(job.code_origin)
+        action = "kept" if unknown else "disable"
+        changes.append(Change(action, job.name, job.code_origin, reason=unknown))
     return changes
 
 
@@ -126,8 +137,9 @@ def _left_out(rejected: Rejected, row: JobDefinition | None) -> Change:
 def sync(*, dry_run: bool = False, by: str = "sync_jobs", log_each: bool = True) -> SyncResult:
     """Plan, and unless ``dry_run`` apply, in one transaction that holds the sync lock.
 
-    ``log_each``: log each declaration left out (``declared.invalid``); a caller that prints
-    every change itself (``sync_jobs``) turns it off, so that each is said once."""
+    ``log_each``: log each declaration left out and each job kept (``declared.invalid``,
+    ``sync.kept``); a caller that prints every change itself (``sync_jobs``) turns it off, so
+    that each is said once."""
     declared = collect()
     version = app_settings.JOBS_VERSION
     digest = _digest(declared.valid)
@@ -153,11 +165,13 @@ def sync(*, dry_run: bool = False, by: str = "sync_jobs", log_each: bool = True)
     for change in changes if log_each else ():
         if change.action == "invalid":
             logger.warning("declared.invalid job=%s by=%s %s", change.name, by, change.reason)
+        elif change.action == "kept":
+            logger.warning("sync.kept job=%s by=%s %s", change.name, by, change.reason)
     changed = any(change.action != "unchanged" for change in changes)
     logger.log(
         logging.INFO if changed else logging.DEBUG,
         "sync.done by=%s version=%s created=%s updated=%s disabled=%s enabled=%s conflicts=%s "
-        "invalid=%s",
+        "invalid=%s kept=%s",
         by,
         version,
         result.count("create"),
@@ -166,6 +180,7 @@ def sync(*, dry_run: bool = False, by: str = "sync_jobs", log_each: bool = True)
         result.count("enable"),
         result.count("conflict"),
         result.count("invalid"),
+        result.count("kept"),
     )
     return result
 

@@ -428,8 +428,9 @@ def test_jobs_that_is_not_a_dict_is_a_warning_and_disables_nothing_synced_from_s
     [warning] = check_settings()
     assert warning.id == "cluster_cron.W004"
     assert "must be a dict of job name -> job fields, not list" in warning.msg
-    assert [c.action for c in sync().changes] == ["invalid"]
-    assert JobDefinition.objects.get(name="nightly").enabled is True  # not taken for removed
+    # Not taken for removed: kept, and the sync says why.
+    assert [c.action for c in sync().changes] == ["invalid", "kept"]
+    assert JobDefinition.objects.get(name="nightly").enabled is True
 
 
 def test_a_name_declared_twice_is_left_out_and_its_row_left_alone(settings):

@@ -1,5 +1,6 @@
 """Jobs declared in code as a new project meets them: a crontab() read in Celery's zone, errors
-named by the key the user wrote, and each left-out declaration reported once by sync_jobs."""
+named by the key the user wrote, each left-out declaration reported once by sync_jobs, and no
+job taken for removed by a settings module that does not declare the project's jobs."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from django.core.management import call_command
 
 from django_cluster_cron.checks import check_settings
 from django_cluster_cron.declared import cron, forget_decorated
-from django_cluster_cron.declared.sync import sync
+from django_cluster_cron.declared.sync import REMOVED_NOTE, sync
 from django_cluster_cron.models import JobDefinition
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -165,3 +166,74 @@ def test_sync_jobs_reports_each_left_out_declaration_once(django_subprocess_env)
     assert "invalid   broken (schedule: minute field: '61'" in done.stdout
     assert "1 declaration(s) left out, fix them and sync again: broken" in done.stderr
     assert JobDefinition.objects.filter(name="nightly").exists()
+
+
+# -- a sync under settings that do not declare the jobs disables none of them ----------------------
+
+
+def test_migrate_under_settings_without_jobs_disables_no_declared_job(settings, capsys):
+    declare(settings, nightly=NIGHTLY, hourly={**NIGHTLY, "schedule": "0 * * * *"})
+    sync()
+    without_jobs(settings)
+    call_command("migrate", verbosity=1, stdout=StringIO())
+    printed = capsys.readouterr().out
+    assert list(JobDefinition.objects.filter(enabled=False)) == []
+    assert "cluster-cron: kept      hourly (declared in settings CLUSTER_CRON['JOBS'], which" in (
+        printed
+    )
+    assert "these settings do not set: not disabled as removed from code" in printed
+    assert "disable   " not in printed
+
+
+def test_sync_jobs_under_settings_without_jobs_says_what_it_kept_and_exits_zero(settings):
+    declare(settings, nightly=NIGHTLY)
+    sync()
+    without_jobs(settings)
+    code, out, _ = run_sync_jobs()
+    assert code == 0, out
+    assert "kept      nightly (declared in settings CLUSTER_CRON['JOBS']" in out
+    assert "Set CLUSTER_CRON['JOBS'] (to {} if it declares none) for a sync to disable" in out
+    assert "Done: 1 kept." in out
+    assert JobDefinition.objects.get(name="nightly").enabled is True
+
+
+def test_sync_jobs_still_disables_the_jobs_really_removed(settings):
+    declare(settings, nightly=NIGHTLY, hourly={**NIGHTLY, "schedule": "0 * * * *"})
+    sync()
+    declare(settings, hourly={**NIGHTLY, "schedule": "0 * * * *"})
+    code, out, _ = run_sync_jobs()
+    assert code == 0, out
+    assert "disable   nightly" in out
+    declare(settings)  # JOBS = {}: this project declares no job in settings any more
+    assert "disable   hourly" in run_sync_jobs()[1]
+    states = dict(JobDefinition.objects.values_list("name", "pause_note"))
+    assert all(note.startswith(REMOVED_NOTE) for note in states.values()), states
+
+
+def test_a_decorated_job_is_disabled_only_if_the_module_that_declared_it_was_read(settings):
+    """A row synced from ``@cron`` names its module: it is taken for removed when that module
+    was imported here and no longer declares it, or is gone; not when these settings simply do
+    not import it."""
+    import importlib.util
+
+    assert "tests.testapp.unimported" not in sys.modules
+    assert importlib.util.find_spec("tests.testapp.unimported") is not None
+    declare(settings)
+    for name, origin in [
+        ("elsewhere", "tests.testapp.unimported:12"),  # a module not imported here
+        ("moved-out", f"{__name__}:40"),  # this module, imported, declares it no more
+        ("deleted", "tests.testapp.no_such_module:3"),  # a module that is gone
+    ]:
+        job = JobDefinition(name=name, cron="0 3 * * *", timezone="UTC", task="tests.echo")
+        job.source, job.code_origin = "code", origin
+        job.full_clean()
+        job.save()
+    actions = {change.name: (change.action, change.reason) for change in sync().changes}
+    assert actions["moved-out"] == ("disable", "")
+    assert actions["deleted"] == ("disable", "")
+    assert actions["elsewhere"][0] == "kept"
+    assert (
+        "in tests.testapp.unimported, a module not imported under these settings"
+        in (actions["elsewhere"][1])
+    )
+    assert JobDefinition.objects.get(name="elsewhere").enabled is True

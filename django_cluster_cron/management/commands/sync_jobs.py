@@ -15,7 +15,9 @@ from django_cluster_cron.management.base import ClusterCronCommand
 class Command(ClusterCronCommand):
     help = (
         "Bring the database in line with the jobs declared in code (@cron and "
-        "CLUSTER_CRON['JOBS']): create new ones, update changed ones, disable removed ones. "
+        "CLUSTER_CRON['JOBS']): create new ones, update changed ones, disable removed ones (a "
+        "job is taken for removed only when what declared it was read: settings without JOBS "
+        "keep the jobs declared there). "
         "An invalid declaration is left out (its job, if synced before, keeps what was synced) "
         "and the others are synced. Exits 1 if a declaration is invalid or conflicts with a job "
         "made in the admin."
@@ -39,7 +41,16 @@ class Command(ClusterCronCommand):
             self.stdout.write(change.line())
         counts = ", ".join(
             f"{result.count(a)} {a}"
-            for a in ("create", "update", "disable", "enable", "unchanged", "conflict", "invalid")
+            for a in (
+                "create",
+                "update",
+                "disable",
+                "enable",
+                "unchanged",
+                "conflict",
+                "invalid",
+                "kept",
+            )
             if result.count(a)
         )
         verb = "Done" if result.applied else "Would do (dry run)" if not result.skipped else "Plan"
