@@ -25,8 +25,9 @@ that declaration out and syncs the others.
 | cluster_cron.W008     | the REST API is mounted and no ``TASK_ALLOWLIST`` is set           |
 | cluster_cron.W009     | the Celery app sends or accepts pickle or YAML messages            |
 
-W006 and W007 are deployment checks (``manage.py check --deploy``); ``run_scheduler`` shows them
-when it starts, since a scheduler is where an unbounded wait stops the cluster.
+W006 and W007 are ordinary checks: ``manage.py check`` shows them, and so does every command that
+runs the checks, ``run_scheduler`` included (a scheduler is where an unbounded wait stops the
+cluster); ``SILENCED_SYSTEM_CHECKS`` silences them everywhere at once.
 """
 
 from __future__ import annotations
@@ -262,7 +263,7 @@ def _redis_lease_waits_unbounded(alias: str) -> bool:
     return waits_unbounded(bounded(client))
 
 
-@register(Tags.database, deploy=True)
+@register(Tags.database)
 def check_network_timeouts(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """W006 per database entry, W007 for the Redis lease's cache, that lacks the options bounding
     a wait on a silent link."""

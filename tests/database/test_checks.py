@@ -283,13 +283,55 @@ def test_the_redis_lease_waiting_without_bound_gets_w007(settings, monkeypatch):
     assert "cluster_cron.W007" not in [m.id for m in check_network_timeouts()]
 
 
-def test_the_network_checks_are_deployment_checks_only():
-    from django.core import checks
+UNBOUNDED = {"ENGINE": "django.db.backends.postgresql", "NAME": "x", "OPTIONS": {}}
 
-    from django_cluster_cron.checks import check_network_timeouts
 
-    assert check_network_timeouts in checks.registry.registry.deployment_checks
-    assert check_network_timeouts not in checks.registry.registry.registered_checks
+@pytest.mark.django_db  # `check` runs the model checks, which may ask the database its features
+def test_manage_py_check_shows_w006_as_any_other_warning(settings):
+    """It was a deployment check: `check` said nothing while every scheduler start warned."""
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    settings.DATABASES = {**settings.DATABASES, "other": UNBOUNDED}
+    err = StringIO()
+    call_command("check", stdout=StringIO(), stderr=err)
+    assert "(cluster_cron.W006) DATABASES['other'] sets no connect_timeout" in err.getvalue()
+    settings.SILENCED_SYSTEM_CHECKS = ["cluster_cron.W006"]
+    err = StringIO()
+    call_command("check", stdout=StringIO(), stderr=err)
+    assert "cluster_cron.W006" not in err.getvalue()
+
+
+@pytest.mark.django_db
+def test_run_scheduler_shows_w006_once_at_its_start_and_not_when_silenced(settings, monkeypatch):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from django_cluster_cron.management.commands import run_scheduler as command
+
+    class Started(Exception):
+        """Raised where the scheduler would be built: its start-up output is all there is."""
+
+    def started(**options: object) -> None:
+        raise Started
+
+    # Not for this process: what the command changes for the scheduler it runs.
+    monkeypatch.setattr(command, "bound_publish_waits", lambda: None)
+    monkeypatch.setattr(command, "bound_server_waits_of_this_process", lambda: None)
+    monkeypatch.setattr(command, "build_scheduler", started)
+    settings.DATABASES = {**settings.DATABASES, "other": UNBOUNDED}
+
+    def start_output() -> str:
+        err = StringIO()
+        with pytest.raises(Started):
+            call_command("run_scheduler", "--once", skip_checks=False, stderr=err)
+        return err.getvalue()
+
+    assert start_output().count("DATABASES['other'] sets no connect_timeout") == 1
+    settings.SILENCED_SYSTEM_CHECKS = ["cluster_cron.W006"]
+    assert "cluster_cron.W006" not in start_output()
 
 
 def test_the_api_without_a_task_allowlist_gets_w008(settings):

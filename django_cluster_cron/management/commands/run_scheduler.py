@@ -13,7 +13,6 @@ from django.core.management.base import CommandError, CommandParser
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
 from django.db.migrations.executor import MigrationExecutor
 
-from django_cluster_cron.checks import check_network_timeouts
 from django_cluster_cron.conf import NODE_ID_ENV, app_settings
 from django_cluster_cron.dbconn import bound_server_waits_of_this_process
 from django_cluster_cron.dispatch import bound_publish_waits
@@ -108,9 +107,6 @@ class Command(ClusterCronCommand):
                 f"The database lacks {len(missing)} migration(s) this version needs "
                 f"({', '.join(missing)}); run `manage.py migrate` first."
             )
-        for warning in check_network_timeouts():
-            # A deployment check: say it where it matters, at the scheduler's start.
-            self.stderr.write(f"{warning.id}: {warning.msg}\n\tHINT: {warning.hint}")
         # The scheduler publishes: bound its waits on a silent broker link (options the project
         # sets are kept).
         bound_publish_waits()
