@@ -1,9 +1,11 @@
-"""Finding the project's Celery app, the task names it knows, and the ones no job may use."""
+"""Finding the project's Celery app, the task names it knows (and how each is called), and the
+ones no job may use."""
 
 from __future__ import annotations
 
+import inspect
 import threading
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
@@ -61,6 +63,42 @@ def get_celery_app() -> Celery:
             f"{type(candidate).__name__}, not a Celery app."
         )
     return candidate
+
+
+# What celery.current_app is named while no project app has been made: Celery's default app.
+DEFAULT_APP_NAMES = (None, "__main__", "default")
+
+
+def configured_app() -> Celery | None:
+    """The project's Celery app, or None when it configures none (``CELERY_APP`` unset and
+    ``celery.current_app`` is Celery's default app): then no job's task can be a Celery task.
+    ``ImproperlyConfigured`` as :func:`get_celery_app`."""
+    app = get_celery_app()
+    if app_settings.CELERY_APP is None and app.main in DEFAULT_APP_NAMES:
+        return None
+    return app
+
+
+def registered_name(candidate: object) -> str | None:
+    """The name a Celery task object is registered by, or None if ``candidate`` is none."""
+    from celery import Task
+
+    return str(candidate.name) if isinstance(candidate, Task) else None
+
+
+def task_signature(app: Celery, name: str) -> inspect.Signature | None:
+    """How a job's arguments reach the registered task ``name``: the signature of its ``run``
+    (a bound task's without ``self``). None when that cannot be told: the task is not
+    registered, Celery's own argument check is off for it (``typing=False``), or inspect cannot
+    read it."""
+    registered_task_names(app)  # its modules imported, as a worker's are
+    task: Any = app.tasks.get(name)
+    if task is None or task.typing is False:
+        return None
+    try:
+        return inspect.signature(task.run)
+    except (TypeError, ValueError):
+        return None
 
 
 def registered_task_names(app: Celery | None = None) -> list[str]:

@@ -10,6 +10,7 @@ that made it.
 from __future__ import annotations
 
 import importlib
+import inspect
 from dataclasses import dataclass
 from importlib.util import find_spec
 from typing import Any
@@ -23,9 +24,11 @@ __all__ = [
     "available",
     "framework_of",
     "frameworks",
+    "imported",
     "resolve_task",
     "target",
     "task_path",
+    "task_signature",
 ]
 
 
@@ -109,6 +112,29 @@ def resolve_task(path: str) -> Any | None:
     except Exception:  # ImportError, or whatever the module raises while importing
         return None
     return found if framework_of(found) is not None else None
+
+
+def imported(path: str) -> tuple[Any, str]:
+    """What ``path`` imports to, for saying why it is not a task: ``(the object, "")``, or
+    ``(None, why)`` when it imports to nothing (the import's own error)."""
+    try:
+        return import_string(path), ""
+    except ImportError as exc:
+        return None, str(exc)
+    except Exception as exc:  # whatever the module raises while importing
+        return None, f"importing it raised {type(exc).__name__}: {exc}"
+
+
+def task_signature(task: Any) -> inspect.Signature | None:
+    """How a job's arguments reach a ``django.tasks`` task's function: its signature, less the
+    context a task that takes one is given first. None if inspect cannot read it."""
+    try:
+        signature = inspect.signature(task.func)
+    except (TypeError, ValueError):
+        return None
+    if task.takes_context:
+        signature = signature.replace(parameters=list(signature.parameters.values())[1:])
+    return signature
 
 
 class Refused(Exception):

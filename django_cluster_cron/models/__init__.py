@@ -1,6 +1,7 @@
 """The app's tables: jobs (:mod:`.jobs`), their runs (:mod:`.runs`), what changed jobs
 (:mod:`.changes`) and what the scheduler nodes coordinate through (:mod:`.cluster`); the choices
-of a job's policies (:mod:`.choices`) and the named groups of its fields (:mod:`.fields`).
+of a job's policies (:mod:`.choices`), the named groups of its fields (:mod:`.fields`) and the
+help texts of those whose meaning depends on the task's execution system (:mod:`.helptexts`).
 
 Import them from here: ``from django_cluster_cron.models import JobDefinition, JobRun``.
 """

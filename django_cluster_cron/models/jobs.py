@@ -21,8 +21,9 @@ from ..core.schedules import parse_schedule
 from ..core.slots import task_id_for
 from ..core.timing import SlotTiming
 from ..dbtime import database_now
-from ..validation import LIVE_NAME_TAKEN, MAX_JITTER
+from ..validation import LIVE_NAME_TAKEN, MAX_JITTER, PRIORITY_RANGE
 from . import choices as policies
+from . import helptexts
 from .changes import record_save, stored_snapshot
 from .fields import AHEAD_FIELDS, BOOKKEEPING_FIELDS, CLUSTER_FIELDS, SCHEDULE_FIELDS
 from .runs import JobRun
@@ -183,7 +184,7 @@ class JobDefinition(models.Model):
         "'2026-12-24', a range '2026-12-27..2026-12-31', public holidays 'holidays:DE-BY' "
         "(the holidays extra).",
     )
-    task = models.CharField(max_length=200, help_text="Registered Celery task name.")
+    task = models.CharField(max_length=200, help_text=helptexts.TASK)
     args = models.JSONField(default=list, blank=True, help_text="JSON list of positional args.")
     kwargs = models.JSONField(default=dict, blank=True, help_text="JSON object of keyword args.")
     enabled = models.BooleanField(
@@ -193,14 +194,12 @@ class JobDefinition(models.Model):
         max_length=255, blank=True, help_text="Why the job is paused (shown in the jobs list)."
     )
 
-    queue = models.CharField(
-        max_length=200, blank=True, help_text="Celery queue; empty uses the project's routing."
-    )
-    priority = models.PositiveSmallIntegerField(
+    queue = models.CharField(max_length=200, blank=True, help_text=helptexts.QUEUE)
+    priority = models.SmallIntegerField(
         null=True,
         blank=True,
-        validators=[MaxValueValidator(255)],
-        help_text="Message priority (broker-specific range; RabbitMQ 0-255, Redis 0-9).",
+        validators=[MinValueValidator(PRIORITY_RANGE[0]), MaxValueValidator(PRIORITY_RANGE[1])],
+        help_text=helptexts.PRIORITY,
     )
     expires = models.PositiveIntegerField(
         null=True,
@@ -214,9 +213,8 @@ class JobDefinition(models.Model):
         choices=policies.CatchupPolicy.choices,
         default=policies.default_catchup_policy,
     )
-    catchup_window = models.DurationField(
-        default=policies.default_catchup_window,
-        help_text="How far back missed slots are considered after an outage.",
+    catchup_window = helptexts.WindowField(
+        default=policies.default_catchup_window, help_text=helptexts.CATCHUP_WINDOW
     )
     overlap_policy = models.CharField(
         max_length=16,

@@ -17,7 +17,7 @@ from tests.support.waiting import wait_for
 pytestmark = pytest.mark.timeout(180)
 
 JOBS = {
-    "typo": {"task": "tests.add", "schedule": "61 * * * *"},
+    "typo": {"task": "tests.add", "schedule": "61 * * * *", "args": [1, 2]},
     "every-second": {
         "task": "tests.add",
         "schedule": "* * * * * *",

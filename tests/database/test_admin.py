@@ -83,7 +83,7 @@ def test_a_valid_job_is_created_with_its_next_run(admin_client):
         ("cron", "*/15 * * * * *", "If you meant their order, write '* * * * * */15'"),
         ("cron", "0 */15 * * * *", "Quartz and Spring put the seconds first"),
         ("catchup_policy", "sometimes", "Select a valid choice"),
-        ("catchup_window", "banana", "Enter a valid duration"),
+        ("catchup_window", "banana", "Enter a duration as HH:MM:SS"),
         ("soft_time_limit", "100", "must be below the hard limit"),
     ],
 )

@@ -18,7 +18,13 @@ from django_cluster_cron.models import JobDefinition, JobRun, RunStatus, RunTrig
 pytestmark = pytest.mark.django_db
 
 API = "/cron/api"
-GOOD = {"name": "nightly", "cron": "30 2 * * *", "timezone": "Europe/Berlin", "task": "tests.add"}
+GOOD = {
+    "name": "nightly",
+    "cron": "30 2 * * *",
+    "timezone": "Europe/Berlin",
+    "task": "tests.add",
+    "args": [1, 2],
+}
 
 
 @pytest.fixture(autouse=True)
@@ -293,7 +299,7 @@ def test_a_job_declared_in_code_is_read_only_through_the_api_except_pause(admin,
 
     settings.CLUSTER_CRON = {
         **settings.CLUSTER_CRON,
-        "JOBS": {"declared": {"task": "tests.add", "schedule": "0 3 * * *"}},
+        "JOBS": {"declared": {"task": "tests.add", "schedule": "0 3 * * *", "args": [1, 2]}},
     }
     sync()
     job = JobDefinition.objects.get(name="declared")
@@ -458,7 +464,7 @@ def test_a_job_declared_in_code_can_be_paused_and_resumed_through_enabled(admin,
 
     settings.CLUSTER_CRON = {
         **settings.CLUSTER_CRON,
-        "JOBS": {"declared": {"task": "tests.add", "schedule": "0 3 * * *"}},
+        "JOBS": {"declared": {"task": "tests.add", "schedule": "0 3 * * *", "args": [1, 2]}},
     }
     sync()
     job = JobDefinition.objects.get(name="declared")
@@ -528,7 +534,7 @@ def test_enabled_and_pause_note_are_writable_in_the_schema(admin):
 
 
 def test_an_action_answers_with_the_whole_job_or_run_only_to_who_may_view_it(admin):
-    job = make_job(kwargs={"api_key": "sk_live_secret", "region": "eu"})
+    job = make_job(task="tests.echo", kwargs={"api_key": "sk_live_secret", "region": "eu"})
     pauser = user_with("pause_jobdefinition")
     paused = pauser.post(f"{API}/jobs/{job.pk}/pause/", {"note": "x"}, format="json")
     assert paused.status_code == 200

@@ -56,7 +56,9 @@ def make_world():
         name = f"schema-{i}"
         if JobDefinition.all_objects.filter(name=name).exists():
             continue
-        job = JobDefinition(name=name, cron="0 3 * * *", timezone="UTC", task="tests.add")
+        job = JobDefinition(
+            name=name, cron="0 3 * * *", timezone="UTC", task="tests.add", args=[1, 2]
+        )
         job.full_clean()
         job.save()
         slot = timezone.now().replace(microsecond=0) - timedelta(hours=i + 1)

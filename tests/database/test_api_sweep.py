@@ -96,6 +96,7 @@ def good_job(**fields: Any) -> dict[str, Any]:
         "name": f"sweep-{uuid.uuid4().hex[:8]}",
         "cron": "0 3 * * *",
         "task": "tests.add",
+        "args": [1, 2],
         **fields,
     }
 

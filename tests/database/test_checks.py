@@ -198,7 +198,7 @@ def test_a_bad_declared_job_is_a_warning_so_every_command_still_runs(cron_settin
     from django.core.checks import ERROR
     from django.core.management import call_command
 
-    good = {"task": "tests.add", "schedule": "0 3 * * *"}
+    good = {"task": "tests.add", "schedule": "0 3 * * *", "args": [1, 2]}
     cron_settings(JOBS={"good": good, "typo": {**good, "schedule": "0 3 * * 8"}})
     [message] = check_settings()
     assert message.id == "cluster_cron.W005"

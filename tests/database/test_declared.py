@@ -129,7 +129,9 @@ def test_an_operators_pause_survives_a_sync(settings):
 
 
 def test_a_job_made_in_the_admin_with_a_declared_name_is_a_conflict_left_alone(settings):
-    admin_made = JobDefinition(name="nightly", cron="0 1 * * *", timezone="UTC", task="tests.add")
+    admin_made = JobDefinition(
+        name="nightly", cron="0 1 * * *", timezone="UTC", task="tests.add", args=[1, 2]
+    )
     admin_made.full_clean()
     admin_made.save()
     declare(settings, nightly=NIGHTLY)
@@ -276,7 +278,7 @@ def test_celery_beat_schedule_from_settings_becomes_declarations_with_a_skip_rep
             "kwargs": {"text": "hi"},
             "options": {"queue": "reports", "routing_key": "r"},
         },
-        "every-7-s": {"task": "tests.add", "schedule": timedelta(seconds=7)},
+        "every-7-s": {"task": "tests.add", "schedule": timedelta(seconds=7), "args": (3, 4)},
         "half-second": {"task": "tests.add", "schedule": timedelta(seconds=0.5)},
         "sunrise": {"task": "tests.add", "schedule": Solar()},
         "cleanup": {"task": "celery.backend_cleanup", "schedule": crontab(minute=0, hour=4)},
@@ -402,7 +404,11 @@ def test_a_synced_job_whose_declaration_became_invalid_is_left_exactly_as_it_was
         ({"odd": {**NIGHTLY, "max_retries": "three"}}, "odd", "max_retries: “three” value must"),
         ({"odd": {**NIGHTLY, "args": "x"}}, "odd", "args: Arguments must be a JSON list"),
         ({"odd": {**NIGHTLY, "timezone": 5}}, "odd", "timezone: '5' is not a time zone name"),
-        ({"odd": {**NIGHTLY, "catchup_window": "soon"}}, "odd", "catchup_window: “soon” value"),
+        (
+            {"odd": {**NIGHTLY, "catchup_window": "soon"}},
+            "odd",
+            "catchup_window: “soon” is not a duration",
+        ),
         ({"odd": {**NIGHTLY, "schedule": None}}, "odd", "schedule: 'schedule' must be text"),
         ({"odd": {**NIGHTLY, "task": "nope.nothing"}}, "odd", "task: Task 'nope.nothing' is not"),
     ],

@@ -56,7 +56,7 @@ def by_name(report):
 
 
 def make_job(name="job"):
-    job = JobDefinition(name=name, cron="0 0 1 1 *", timezone="UTC", task="tests.add")
+    job = JobDefinition(name=name, cron="0 0 1 1 *", timezone="UTC", task="tests.add", args=[1, 2])
     job.full_clean()
     job.save()
     return job

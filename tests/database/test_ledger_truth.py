@@ -68,7 +68,7 @@ def test_a_job_row_that_names_the_apps_own_task_is_parked_by_the_scheduler():
 
 def test_a_run_of_a_job_that_names_the_apps_own_task_fails_and_never_says_success():
     """The reported defect: every such run was recorded 'success' while nothing ran."""
-    job = make_job(args=[])
+    job = make_job()
     JobDefinition.objects.filter(pk=job.pk).update(task="django_cluster_cron.execute_run")
     run = apply(make_run(job))
     assert run.status == RunStatus.FAILED
@@ -234,7 +234,7 @@ def test_a_parked_job_comes_back_once_its_task_is_allowed_again(settings):
     jobs = {}
     for name, extra in (("billing", {}), ("other", {}), ("paused", {}), ("done", {"max_runs": 1})):
         job = JobDefinition(
-            name=name, cron="* * * * * *", timezone="UTC", task="tests.record", **extra
+            name=name, cron="* * * * * *", timezone="UTC", task="tests.record", args=[name], **extra
         )
         job.full_clean()
         job.save()

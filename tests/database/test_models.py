@@ -47,7 +47,7 @@ def errors_of(**overrides):
         ({"task": "tests.nope"}, "task", "'tests.nope' is not registered"),
         ({"task": "celery.backend_cleanup"}, "task", "Celery's internal tasks"),
         ({"task": "django_cluster_cron.execute_run"}, "task", "django-cluster-cron's own tasks"),
-        ({"task": "rm -rf /"}, "task", "is not a Celery task name"),
+        ({"task": "rm -rf /"}, "task", "is not a task name"),
         ({"args": {"a": 1}}, "args", "must be a JSON list"),
         ({"args": "1, 2"}, "args", "not a JSON string"),
         ({"kwargs": [1]}, "kwargs", "must be a JSON object"),

@@ -100,7 +100,7 @@ def full_clean_errors(**values) -> dict[str, list[str]]:
     fields = {"name": "x", "cron": "* * * * *", "timezone": "UTC", "task": "tests.add"}
     fields.update(values)
     try:
-        JobDefinition(**fields).full_clean()
+        JobDefinition(args=[1, 2], **fields).full_clean()
     except ValidationError as exc:
         return exc.message_dict
     return {}
@@ -125,7 +125,7 @@ def test_the_model_names_what_is_wrong_with_each_kind() -> None:
 
 def test_a_one_off_that_has_run_can_still_be_edited() -> None:
     once = JobDefinition.objects.create(
-        name="done", cron="@at 2020-01-01T00:00Z", timezone="UTC", task="tests.add"
+        name="done", cron="@at 2020-01-01T00:00Z", timezone="UTC", task="tests.add", args=[1, 2]
     )
     once = JobDefinition.objects.get(pk=once.pk)
     once.description = "kept for the record"
@@ -211,7 +211,7 @@ def test_the_admin_form_names_a_bad_exclusion(admin_client) -> None:
 
 
 def test_the_api_creates_jobs_of_every_kind_and_names_a_bad_rule(api_admin) -> None:
-    base = {"timezone": "Europe/Berlin", "task": "tests.add"}
+    base = {"timezone": "Europe/Berlin", "task": "tests.add", "args": [1, 2]}
     ahead = (dj_timezone.now() + timedelta(days=2)).strftime("%Y-%m-%dT%H:%M")
     for name, schedule, exclusions in (
         ("api-every", "@every 7m", ["holidays:DE-BY", "2026-12-24"]),

@@ -21,6 +21,7 @@ def fields_of(instance: Model) -> dict[str, object]:
 
 def test_the_claim_returns_what_the_orm_reads_run_and_job_field_for_field():
     job = make_job(
+        task="tests.echo",  # takes any arguments
         args=["a", 1, {"nested": [1.5, None, True]}],
         kwargs={"label": "ünïcode", "n": 2},
         jitter=30,

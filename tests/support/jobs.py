@@ -24,12 +24,16 @@ from django_cluster_cron.tasks import execute_run
 
 
 def make_job(task="tests.record", args=None, kwargs=None, **fields):
+    """A paused job of ``task``; ``args`` left out: a label for the default task (it takes one),
+    none for another."""
+    if args is None:
+        args = ["made"] if task == "tests.record" else []
     job = JobDefinition(
         name=f"job-{uuid.uuid4().hex[:8]}",
         cron="0 0 1 1 *",
         timezone="UTC",
         task=task,
-        args=args or [],
+        args=args,
         kwargs=kwargs or {},
         enabled=False,
         **fields,

@@ -16,20 +16,47 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.core.exceptions import ImproperlyConfigured, ValidationError
+from django.core.exceptions import ValidationError
 
-from .celery_app import private_task_reason, registered_task_names
-from .conf import app_settings
-from .core.cron import seconds_first_habit
-from .core.errors import ScheduleError
-from .core.exclusions import ExcludingSchedule, parse_exclusions
-from .core.kinds import Schedule
-from .core.overlap import OverlapPolicy
-from .core.schedules import validate_schedule, validate_timezone
-from .djtasks_app import Refused, frameworks, resolve_task, target
+from ..celery_app import private_task_reason
+from ..core.cron import seconds_first_habit
+from ..core.errors import ScheduleError
+from ..core.exclusions import ExcludingSchedule, parse_exclusions
+from ..core.kinds import Schedule
+from ..core.overlap import OverlapPolicy
+from ..core.schedules import validate_schedule, validate_timezone
+from .task import allowlist_reason, clean_task_name, task_errors
+
+__all__ = [  # what the rest of the app and its tests import from here
+    "LIVE_NAME_TAKEN",
+    "MAX_JITTER",
+    "MAX_JSON_DEPTH",
+    "MAX_WHOLE",
+    "PRIORITY_RANGE",
+    "UNSTORABLE",
+    "WINDOW_FORMAT",
+    "allowlist_reason",
+    "clean_args",
+    "clean_kwargs",
+    "clean_task_name",
+    "definition_errors",
+    "json_depth",
+    "json_problem",
+    "runtime_problem",
+    "whole_number",
+]
 
 LIVE_NAME_TAKEN = "A job with this name already exists."
 MAX_JITTER = 3600  # seconds
+# The formats a duration (the catch-up window) is taken in, as a person writes them: Django's
+# duration parsing.
+WINDOW_FORMAT = (
+    "as HH:MM:SS (02:00:00 is two hours), with days first (1 00:00:00), as a number of "
+    "seconds (7200), or in ISO 8601 (PT2H)"
+)
+# A job's priority, for either execution system: django.tasks takes -100..100, Celery 0..255
+# (each system's own range is checked against the job's task).
+PRIORITY_RANGE = (-100, 255)
 MAX_JSON_BYTES = 64 * 1024
 # Arguments nest lists and objects at most this deep (real ones nest a few levels; far deeper
 # ones break JSON encoders that recurse, in this process or in a worker's).
@@ -37,7 +64,6 @@ MAX_JSON_DEPTH = 64
 MAX_SLOTS_IN_WINDOW = 10_000
 # The widest whole number a database column here holds (a 64-bit signed integer): ids, counts.
 MAX_WHOLE = 2**63 - 1
-_TASK_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*([.:\-][A-Za-z0-9_]+)*$")
 _QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:\-]+$")
 
 
@@ -73,57 +99,9 @@ def clean_timezone(value: str) -> None:
         raise _raise(exc) from None
 
 
-def allowlist_reason(task: str) -> str | None:
-    """Why ``TASK_ALLOWLIST`` refuses ``task``, or None (no list, or the task is on it)."""
-    if app_settings.task_allowed(task):
-        return None
-    return f"Task {task!r} is not in CLUSTER_CRON['TASK_ALLOWLIST']."
-
-
-def clean_task_name(value: str) -> None:
-    """A registered Celery task of the configured app, or the import path of a ``django.tasks``
-    task; not Celery's or this app's own; allowed by the list."""
-    if not isinstance(value, str) or not value.strip():
-        raise ValidationError("Task name is empty.", code="invalid_task")
-    if len(value) > 200 or not _TASK_NAME.match(value):
-        raise ValidationError(
-            f"{value[:60]!r} is not a Celery task name (expected a dotted name such as "
-            "'billing.tasks.send_invoices').",
-            code="invalid_task",
-        )
-    private = private_task_reason(value)
-    if private:
-        raise ValidationError(private, code="private_task")
-    not_allowed = allowlist_reason(value)
-    if not_allowed:
-        raise ValidationError(not_allowed, code="task_not_allowed")
-    if resolve_task(value) is not None:
-        return
-    try:
-        known = registered_task_names()
-    except ImproperlyConfigured as exc:
-        raise ValidationError(f"Cannot check the task: {exc}", code="no_celery_app") from None
-    if value not in known:
-        count = "1 task" if len(known) == 1 else f"{len(known)} tasks"
-        raise ValidationError(
-            f"Task {value!r} is not registered in the Celery app "
-            f"(it has {count}; check the name and that its module is imported)"
-            + (", nor the path of a django.tasks task." if frameworks() else "."),
-            code="unknown_task",
-        )
-
-
-def tasks_backend_errors(job: Any) -> dict[str, ValidationError]:
-    """For a job whose task is a ``django.tasks`` task: what its task's backend refuses of the
-    job's queue and priority (or of the task's own, when the job leaves them empty), by field."""
-    try:
-        found = target(job.task)
-        if found is not None:
-            queue = job.queue or app_settings.DEFAULT_QUEUE or found.task.queue_name
-            found.bind(found.task, queue=queue, priority=job.priority)
-    except Refused as refusal:
-        return {refusal.field: ValidationError(str(refusal), code=refusal.code)}
-    return {}
+def in_priority_range(priority: int | None) -> bool:
+    """Whether ``priority`` is one the field takes (out of it, the field's own error says so)."""
+    return priority is None or PRIORITY_RANGE[0] <= priority <= PRIORITY_RANGE[1]
 
 
 def _json_size(value: object) -> int:
@@ -259,7 +237,10 @@ def clean_queue(value: str) -> None:
 def clean_catchup_window(schedule: Schedule | None, window: timedelta, now: datetime) -> None:
     """The window must be positive and hold a bounded number of this schedule's slots."""
     if window <= timedelta(0):
-        raise ValidationError("The catch-up window must be longer than zero.", code="invalid")
+        raise ValidationError(
+            f"The catch-up window must be longer than zero: give it {WINDOW_FORMAT}.",
+            code="invalid",
+        )
     if schedule is None:
         return
     for count, slot in enumerate(schedule.iter_after(now - window), start=1):
@@ -331,13 +312,15 @@ def definition_errors(job: Any, now: datetime) -> dict[str, list[ValidationError
     check("queue", clean_queue, job.queue)
     check("exclusions", clean_exclusions, job.exclusions)
     if not {"task", "queue"} & errors.keys():
-        for field, problem in tasks_backend_errors(job).items():
-            errors.setdefault(field, []).append(problem)
+        judged = set(errors)  # what failed already is not judged against the task
+        for field, problem in task_errors(job).items():
+            if field not in judged and (field != "priority" or in_priority_range(job.priority)):
+                errors.setdefault(field, []).append(problem)
     schedule = None
     if not {"cron", "timezone", "exclusions"} & errors.keys():
         schedule = job.schedule
         check("exclusions", clean_fires_again, schedule, now)
-    if job.catchup_window is not None:
+    if isinstance(job.catchup_window, timedelta):  # else the field refused it already
         check("catchup_window", clean_catchup_window, schedule, job.catchup_window, now)
     if schedule is not None and _schedule_written(job):
         check("cron", clean_once_ahead, schedule, now)
