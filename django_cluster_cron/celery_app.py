@@ -69,14 +69,11 @@ def get_celery_app() -> Celery:
 DEFAULT_APP_NAMES = (None, "__main__", "default")
 
 
-def configured_app() -> Celery | None:
-    """The project's Celery app, or None when it configures none (``CELERY_APP`` unset and
-    ``celery.current_app`` is Celery's default app): then no job's task can be a Celery task.
-    ``ImproperlyConfigured`` as :func:`get_celery_app`."""
-    app = get_celery_app()
-    if app_settings.CELERY_APP is None and app.main in DEFAULT_APP_NAMES:
-        return None
-    return app
+def configured(app: Celery) -> bool:
+    """Whether ``app`` (from :func:`get_celery_app`) is one the project configured: named by
+    ``CELERY_APP``, or a current app of its own, not Celery's default app. A project with none
+    is told so, rather than how many tasks Celery's default app has."""
+    return app_settings.CELERY_APP is not None or app.main not in DEFAULT_APP_NAMES
 
 
 def registered_name(candidate: object) -> str | None:

@@ -12,7 +12,8 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured, ValidationError
 
 from ..celery_app import (
-    configured_app,
+    configured,
+    get_celery_app,
     private_task_reason,
     registered_name,
     registered_task_names,
@@ -57,19 +58,22 @@ def clean_task_name(value: str) -> None:
     if resolve_task(value) is not None:
         return
     try:
-        app = configured_app()
-        known = None if app is None else registered_task_names(app)
+        app = get_celery_app()
+        known = registered_task_names(app)
     except ImproperlyConfigured as exc:
         raise ValidationError(f"Cannot check the task: {exc}", code="no_celery_app") from None
-    if known is not None and value in known:
+    if value in known:
         return
-    raise ValidationError(unknown_task(value, known), code="unknown_task")
+    raise ValidationError(
+        unknown_task(value, known if configured(app) else None), code="unknown_task"
+    )
 
 
 def unknown_task(value: str, known: list[str] | None) -> str:
-    """Why ``value`` names no task of the project: where it was looked for (the Celery app's
-    tasks, unless the project has no Celery app; django.tasks, if installed) and, for a path
-    that imports, what it names instead (a plain function, a Celery task by another name)."""
+    """Why ``value`` names no task of the project: where it was looked for (``known``: the
+    Celery app's tasks, None when the project configures no Celery app; django.tasks, if
+    installed) and, for a path that imports, what it names instead (a plain function, a Celery
+    task by another name)."""
     found, why_not = imported(value) if "." in value else (None, "")
     other_name = registered_name(found)
     if other_name is not None:
@@ -157,10 +161,9 @@ def _backend_errors(job: Any, found: Any) -> dict[str, ValidationError]:
 
 def _celery_signature(name: str) -> inspect.Signature | None:
     try:
-        app = configured_app()
+        return task_signature(get_celery_app(), name)
     except ImproperlyConfigured:
         return None
-    return None if app is None else task_signature(app, name)
 
 
 def argument_errors(
