@@ -160,7 +160,7 @@ def _run(context: Any, named: Mapping[str, Any]) -> Any:
     outcome, _status = carry_out(delivery, claimed, call)
     if outcome.kind == "success":
         return _returnable(outcome.result)
-    if outcome.kind == "skipped":
+    if outcome.kind in ("skipped", "missed"):  # the body did not run
         return {NOT_RUN: outcome.reason}
     if outcome.error is None:  # refused before the body ran (an invalid job definition)
         raise RuntimeError(outcome.reason)

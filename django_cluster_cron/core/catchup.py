@@ -199,3 +199,49 @@ def plan_slots(
         for slot, due in to_run
     )
     return SlotPlan(runs, tuple(missed), unrecorded, now, next_run_at)
+
+
+class LateVerdict(str, enum.Enum):
+    """What becomes of a run recorded for its slot but not sent at its time, once found late."""
+
+    ON_TIME = "on_time"  # within the grace: it goes as recorded
+    CATCH_UP = "catch_up"  # the policy runs it late: it goes as a catch-up run
+    MISSED_POLICY = "missed_policy"  # the policy does not run it late
+    MISSED_WINDOW = "missed_window"  # it fell out of the catch-up window
+
+
+def judge_unsent(
+    schedule: Schedule,
+    *,
+    slot: datetime,
+    due: datetime,
+    now: datetime,
+    rules: CatchupRules,
+    timing: SlotTiming = PLAIN,
+) -> LateVerdict:
+    """The fate of a run recorded for ``slot`` (due at ``due``) that nobody sent at its time —
+    recorded ahead of it, then every scheduler stopped — found at ``now``, by the rules
+    :func:`plan_slots` applies to any late slot:
+
+    * within ``grace`` of its due time it is still on time;
+    * older than the catch-up window, it is missed whatever the policy;
+    * ``none`` runs no late slot; ``latest`` runs it only if no later slot of the schedule is
+      due by ``now`` (else that one is the newest, and this one is missed); ``all`` runs it
+      unless ``cap`` later slots are due by ``now`` (it is not among the newest ``cap``).
+    """
+    late = now - due
+    if late <= rules.grace:
+        return LateVerdict.ON_TIME
+    if late >= rules.window:
+        return LateVerdict.MISSED_WINDOW
+    if rules.policy is CatchupPolicy.NONE:
+        return LateVerdict.MISSED_POLICY
+    newer = 1 if rules.policy is CatchupPolicy.LATEST else rules.cap
+    for later_slot, later in timing.due_after(schedule, due):
+        if later_slot > now:
+            break
+        if later <= now:
+            newer -= 1
+            if newer == 0:
+                return LateVerdict.MISSED_POLICY
+    return LateVerdict.CATCH_UP

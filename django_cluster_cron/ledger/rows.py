@@ -115,13 +115,16 @@ def run_row(
 
 def missed_reason(policy: str) -> str:
     """Why a slot was recorded ``missed``, in words an operator reads in the ledger."""
-    late = "late: no scheduler was leading, or it fell behind"
+    return f"late: no scheduler was leading, or it fell behind; {catchup_rule(policy)}"
+
+
+def catchup_rule(policy: str) -> str:
+    """What a catch-up policy runs of late slots, in the ledger's words."""
     if policy == CatchupPolicy.ALL.value:
-        cap = app_settings.CATCHUP_CAP
-        return f"{late}; catch-up 'all' runs only the newest {cap} late slots"
+        return f"catch-up 'all' runs only the newest {app_settings.CATCHUP_CAP} late slots"
     if policy == CatchupPolicy.LATEST.value:
-        return f"{late}; catch-up 'latest' runs only the newest late slot"
+        return "catch-up 'latest' runs only the newest late slot"
     if policy == CatchupPolicy.NONE.value:
         grace = app_settings.ON_TIME_GRACE.total_seconds()
-        return f"{late}; catch-up 'none' runs only slots under {grace:g} s late"
-    return f"{late}; catch-up policy '{policy}'"
+        return f"catch-up 'none' runs only slots under {grace:g} s late"
+    return f"catch-up policy '{policy}'"

@@ -174,7 +174,7 @@ class WorkerMetrics:
         self.runs = Counter(
             "cluster_cron_runs",
             "Runs by what happened on the worker: claimed, succeeded, failed, retried, skipped, "
-            "cancelled, expired.",
+            "cancelled, expired, missed.",
             ["outcome"],
         )
         self.duplicates = Counter(

@@ -226,9 +226,10 @@ class ArmedSender:
 
     def take_over(self) -> None:
         """A new leader takes over runs recorded and never published: its predecessor's runs
-        recorded ahead, or runs recorded just before a crash. Due ones are published now, the
-        others prepared for their instant (up to the run budget; the outbox sweep covers the
-        rest)."""
+        recorded ahead, or runs recorded just before a crash. Due ones are published now (those
+        past their time as their jobs' catch-up policies say: :meth:`Publisher.publish_found`),
+        the others prepared for their instant (up to the run budget; the outbox sweep covers
+        the rest)."""
         self.taking_over = False
         after: tuple[datetime, int] | None = None
         adopted = 0
@@ -240,7 +241,7 @@ class ArmedSender:
             adopted += len(messages)
             after = (messages[-1].scheduled_for, messages[-1].run_id)
             now = self.clock()
-            self.publisher.publish([m for m in messages if m.due <= now])
+            self.publisher.publish_found([m for m in messages if m.due <= now])
             self.arm([m for m in messages if m.due > now])
             if len(messages) < self.batch_size:
                 break

@@ -2,8 +2,10 @@
 
 Runs due when they are recorded, runs a predecessor left unpublished, runs the outbox sweep
 sends again and lost runs retried all go out here; runs recorded ahead go out at their instant
-through :mod:`.armed`. Both report lateness — how long after its due time a run on time reached
-the broker — into the same :class:`Lateness`.
+through :mod:`.armed`. Runs found unsent after their time (a predecessor's, the outbox's) are
+first judged by their job's catch-up policy (:meth:`Publisher.publish_found`). Both report
+lateness — how long after its due time a run on time reached the broker — into the same
+:class:`Lateness`.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 
 from ..dispatch import Dispatcher, publish
+from ..ledger.late import settle_unsent
 from ..ledger.outbox import OutboxMessage, mark_published
 from ..ops import metrics
 from ..ops.tracing import DispatchSpans
@@ -53,6 +56,26 @@ class Publisher:
         self.health = health
         self.lateness = lateness
         self.spans = DispatchSpans()
+
+    def publish_found(self, messages: list[OutboxMessage]) -> None:
+        """Publish runs found waiting (never sent, or sent and maybe lost): those that were
+        never sent and are late go by their job's catch-up policy first — missed, or sent as
+        catch-up runs (:mod:`django_cluster_cron.ledger.late`)."""
+        fence = self.term.fence
+        if not messages or fence is None:
+            return
+        settled = settle_unsent(messages, now=self.clock(), fence=fence)
+        if settled.missed or settled.caught_up:
+            logger.warning(
+                "runs.found_late missed=%s caught_up=%s: recorded for their slot, not sent at "
+                "their time (judged by their jobs' catch-up policies)",
+                settled.missed,
+                settled.caught_up,
+            )
+            slots = metrics.get().slots
+            if settled.missed:
+                slots.labels(outcome="missed").inc(settled.missed)
+        self.publish(settled.send)
 
     def publish(self, messages: list[OutboxMessage]) -> None:
         fence = self.term.fence

@@ -7,7 +7,8 @@
   commit and publish), or waiting past its ``republish_at`` with a sign that its message is
   lost: its queue stalled (no worker took a run from it for ``OUTBOX_REPUBLISH_AFTER``), or a
   run sent after it was taken first. A run waiting its turn in a backlog that workers are
-  draining is not sent again, however long the backlog.
+  draining is not sent again, however long the backlog. A run never sent that is past its
+  time goes by its job's catch-up policy (missed, or sent as a catch-up run), as any late slot.
 """
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ class Sweeps:
         if stale:
             logger.warning("runs.republish count=%s", len(stale))
             metrics.get().republished.inc(len(stale))
-            self.publisher.publish(stale)
+            self.publisher.publish_found(stale)
         found = metrics.get()
         if found is not metrics.NULL:  # one indexed query per sweep, only when it is exported
             oldest = outbox.oldest_pending_slot(self.clock())

@@ -105,7 +105,7 @@ def run_delivered(task: Any, named: tuple[object, object], body: Callable[[], An
         _running.reset(token)
     if outcome.kind == "success":
         return outcome.result
-    if outcome.kind == "skipped":
+    if outcome.kind in ("skipped", "missed"):  # the body did not run
         raise Ignore(outcome.reason)
     error = outcome.error
     if status == RunStatus.RETRYING:

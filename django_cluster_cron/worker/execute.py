@@ -7,14 +7,18 @@
    forged or late message) matches nothing, is counted as a duplicate delivery and acknowledged
    without running anything. A message that arrives a moment before its run is due waits for it
    (:mod:`.claim`).
-2. **Overlap** — for jobs whose overlap policy is not ``allow``, the per-job execution lock
+2. **Late** — a slot's run that no leader recorded as sent and that is past the on-time grace
+   (a message deferred on its backend while every scheduler was stopped) goes by its job's
+   catch-up policy: ``missed`` without running, or run as a ``catchup`` run
+   (:mod:`django_cluster_cron.ledger.late`).
+3. **Overlap** — for jobs whose overlap policy is not ``allow``, the per-job execution lock
    (a :class:`~django_cluster_cron.locks.ClusterLock` named ``job:<id>``) decides: ``skip`` records
    the run ``skipped`` if another run of the job holds it; ``buffer_one`` lets one run wait for it
    and skips any further one.
-3. **Run** — the job's registered task is called in-process with the job's args and kwargs while a
+4. **Run** — the job's registered task is called in-process with the job's args and kwargs while a
    heartbeat thread stamps ``heartbeat_at``; the leader declares a run whose heartbeat stops
    *lost* (see :func:`django_cluster_cron.ledger.transitions.recover_lost`).
-4. **Record** — ``success`` with a short result and duration only when the body returned; on an
+5. **Record** — ``success`` with a short result and duration only when the body returned; on an
    exception either the next attempt (same run, ``attempt + 1``, status ``retrying``,
    re-published with a countdown of exponential backoff with jitter) or, after the last attempt,
    ``failed`` with the error and traceback. A body that raised Celery's ``Ignore`` is recorded
@@ -45,6 +49,7 @@ from django.utils import timezone
 from .. import signals
 from ..conf import app_settings
 from ..leases.lock import ClusterLock, LockUnavailable
+from ..ledger.late import judge_claimed
 from ..models import JobDefinition, JobRun
 from ..ops import metrics, tracing
 from .claim import (
@@ -203,12 +208,17 @@ def _terminate_signal_handled() -> bool:
 
 
 def _run_claimed(run: JobRun, call: Callable[[], Any]) -> Outcome:
-    """Guard, then call the job's task; say how it ended. Writes only a ``skipped`` refusal."""
+    """Guard, then call the job's task; say how it ended. Writes only a ``skipped`` refusal, and
+    the trigger of a run that no leader sent at its time and that its catch-up policy runs late
+    (one it does not run ends ``missed``: :func:`..ledger.late.judge_claimed`)."""
     job = run.job
     problem = job.runtime_problem()
     if problem is not None:
         logger.error("run.invalid_job run=%s job=%s: %s", run.pk, job.pk, problem)
         return Outcome("final", reason=f"invalid job definition: {problem}")
+    missed = judge_claimed(run)
+    if missed:
+        return Outcome("missed", reason=missed)
     try:
         gate = _overlap_gate(job, run)
     except SkipRun as refusal:

@@ -76,7 +76,9 @@ class Delivery:
 class Outcome:
     """How a claimed run ended, decided before anything is written."""
 
-    kind: str  # "success", "failure" (retried if attempts remain), "final" (failed), "skipped"
+    # "success", "failure" (retried if attempts remain), "final" (failed), "skipped", "missed"
+    # (found too late for its job's catch-up policy: the body did not run)
+    kind: str
     result: Any = None
     error: BaseException | None = None
     trace: str = ""
@@ -100,15 +102,18 @@ def _record_once(delivery: Delivery, run: JobRun, timer: RunTimer, outcome: Outc
         return _succeed(run, timer, outcome.result)
     if outcome.kind == "skipped":
         return _skip(run, timer, outcome.reason)
+    if outcome.kind == "missed":
+        return _miss(run, timer, outcome.reason)
     if outcome.kind == "final":
         return _fail(run, timer, outcome)
     return _after_failure(delivery, run, timer, outcome)
 
 
-def _finish(run: JobRun, timer: RunTimer, **fields: Any) -> bool:
+def _finish(run: JobRun, timer: RunTimer, label: str = "", **fields: Any) -> bool:
     """Write a final state if the run is still ``running`` at this attempt; True if written.
 
-    ``finished_at`` is the database's time; ``duration`` what this process measured.
+    ``finished_at`` is the database's time; ``duration`` what this process measured (unless
+    ``fields`` says otherwise); ``label`` the metrics' name of the outcome, if not the status's.
     """
     duration = timer.elapsed()
     fields.setdefault("duration", duration)
@@ -117,7 +122,7 @@ def _finish(run: JobRun, timer: RunTimer, **fields: Any) -> bool:
         setattr(run, name, value)
     run.finished_at = timer.started_at + duration
     if updated:
-        _count_outcome(run, fields["status"], duration)
+        _count_outcome(run, fields["status"], fields["duration"], label)
     return bool(updated)
 
 
@@ -132,11 +137,11 @@ OUTCOMES = {
 }
 
 
-def _count_outcome(run: JobRun, status: str, duration: timedelta | None) -> None:
+def _count_outcome(run: JobRun, status: str, duration: timedelta | None, label: str = "") -> None:
     found = metrics.get()
     if found is metrics.NULL:
         return
-    found.run_outcome(OUTCOMES.get(status, status)).inc()
+    found.run_outcome(label or OUTCOMES.get(status, status)).inc()
     if duration is not None and status != RunStatus.SKIPPED:  # a skipped body did not run
         durations, last_success = found.job_finished(found.job_label(run.job.name))
         durations.observe(duration.total_seconds())
@@ -150,6 +155,15 @@ def _skip(run: JobRun, timer: RunTimer, reason: str) -> str | None:
     logger.info("run.skipped run=%s job=%s reason=%s", run.pk, run.job_id, reason)
     signals.send(signals.run_skipped, run, reason=reason)
     return RunStatus.SKIPPED
+
+
+def _miss(run: JobRun, timer: RunTimer, reason: str) -> str | None:
+    """Found too late for its job's catch-up policy: ``missed``, as if never started."""
+    fields = {"started_at": None, "heartbeat_at": None, "duration": None}
+    if not _finish(run, timer, "missed", status=RunStatus.MISSED, reason=reason[:255], **fields):
+        return None
+    logger.warning("run.missed run=%s job=%s reason=%s", run.pk, run.job_id, reason)
+    return RunStatus.MISSED
 
 
 def _succeed(run: JobRun, timer: RunTimer, result: Any) -> str | None:

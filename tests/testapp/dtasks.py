@@ -20,6 +20,17 @@ def record(label: str, seconds: float = 0.0) -> int:
 
 
 @task()
+def witness_slot() -> int:
+    """Record one execution labelled with the slot it ran for (``<job>@<slot>``)."""
+    from django_cluster_cron.worker import current_run
+    from tests.testapp.tasks import _witness
+
+    run = current_run()
+    assert run is not None
+    return _witness(f"{run.job_id}@{run.scheduled_for.isoformat()}", 0)
+
+
+@task()
 def flaky(label: str, failures: int) -> int:
     """Fail the first ``failures`` executions for ``label``, then succeed."""
     from tests.testapp.models import Execution

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from django_cluster_cron.core.catchup import LateVerdict, judge_unsent
 from django_cluster_cron.schedule import (
     CatchupRules,
     CronSchedule,
@@ -216,3 +217,62 @@ def test_retry_delays_grow_exponentially_with_jitter_and_respect_the_cap():
         assert full / 2 <= jittered <= full
     with pytest.raises(ValueError, match="failed_attempt"):
         retry_delay(0, base=1, cap=1)
+
+
+# -- a run recorded for its slot, not sent at its time, found late ---------------------------
+
+
+@pytest.mark.parametrize(
+    ("policy", "late", "expected"),
+    [
+        ("none", 59, LateVerdict.ON_TIME),
+        ("none", 61, LateVerdict.MISSED_POLICY),
+        ("latest", 61, LateVerdict.CATCH_UP),  # the next slot (+300 s) is not due yet
+        ("latest", 301, LateVerdict.MISSED_POLICY),
+        ("all", 301, LateVerdict.CATCH_UP),
+        ("all", 10 * 300 + 1, LateVerdict.MISSED_POLICY),  # ten newer slots are due: the cap
+        ("all", 3600, LateVerdict.MISSED_WINDOW),
+    ],
+)
+def test_judge_unsent(policy, late, expected):
+    every_five = CronSchedule.parse("*/5 * * * *", "UTC")
+    found = judge_unsent(
+        every_five, slot=T0, due=T0, now=T0 + timedelta(seconds=late), rules=rules(policy)
+    )
+    assert found is expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    policy=st.sampled_from(["all", "latest", "none"]),
+    cron=st.sampled_from(["* * * * *", "*/5 * * * *", "*/7 * * * *", "0 * * * *"]),
+    late=st.integers(min_value=0, max_value=4 * 3600),
+    window=st.integers(min_value=60, max_value=3 * 3600),
+    cap=st.integers(min_value=1, max_value=12),
+    grace=st.integers(min_value=0, max_value=300),
+)
+def test_a_run_found_late_meets_the_fate_the_planner_gives_its_slot(
+    policy, cron, late, window, cap, grace
+):
+    """The oracle: a leader that never recorded a late slot would plan it from just before it;
+    the run recorded for it and found unsent past the grace is judged to the same fate. Within
+    the grace it was not late: it goes as recorded."""
+    schedule = CronSchedule.parse(cron, "UTC")
+    slot = schedule.next_after(T0)
+    assert slot is not None
+    now = slot + timedelta(seconds=late)
+    found_rules = rules(policy, window=window, cap=cap, grace=grace)
+    verdict = judge_unsent(schedule, slot=slot, due=slot, now=now, rules=found_rules)
+    if late <= grace:
+        assert verdict is LateVerdict.ON_TIME
+        return
+    plan = plan_slots(
+        schedule, last_scheduled_at=slot - timedelta(microseconds=1), now=now, rules=found_rules
+    )
+    planned = {run.slot: run.trigger for run in plan.runs}
+    if verdict is LateVerdict.CATCH_UP:
+        assert planned.get(slot) is Trigger.CATCHUP
+    else:
+        assert verdict in (LateVerdict.MISSED_POLICY, LateVerdict.MISSED_WINDOW)
+        assert slot not in planned
+        assert (verdict is LateVerdict.MISSED_WINDOW) == (late >= window)
