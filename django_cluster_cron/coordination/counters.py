@@ -1,6 +1,7 @@
-"""Cluster-wide counters, e.g. the deliveries the workers' claim dropped as duplicates.
+"""Cluster-wide counters, e.g. the deliveries the workers' claim dropped as duplicates, and
+small numbers the nodes remember together (the message form the workers were found to run).
 
-Adding never raises (a statistic is never worth failing anything for); reading may raise
+Adding and setting never raise (neither is worth failing anything for); reading may raise
 :class:`~django_cluster_cron.leases.LeaseUnavailable` when the store cannot be reached.
 """
 
@@ -25,6 +26,10 @@ class Counters(Protocol):
         """Add one. Never raises."""
         ...
 
+    def put(self, counter: str, value: int) -> None:
+        """Set it to ``value``. Never raises."""
+        ...
+
     def value(self, counter: str) -> int: ...
 
 
@@ -39,6 +44,12 @@ class RedisCounters:
             self.place.client.incr(self.place.key(f"stats:{counter}"))
         except Exception as exc:  # a statistic: never worth failing anything for
             logger.debug("stats.incr_failed counter=%s error=%s", counter, exc)
+
+    def put(self, counter: str, value: int) -> None:
+        try:
+            self.place.client.set(self.place.key(f"stats:{counter}"), value)
+        except Exception as exc:
+            logger.debug("stats.put_failed counter=%s error=%s", counter, exc)
 
     def value(self, counter: str) -> int:
         from ..leases.redis import redis_errors
@@ -64,6 +75,14 @@ class DatabaseCounters:
         except DatabaseError as exc:  # a statistic: never worth failing anything for
             logger.debug("stats.incr_failed counter=%s error=%s", counter, exc)
 
+    def put(self, counter: str, value: int) -> None:
+        from ..models import ClusterCounter
+
+        try:
+            ClusterCounter.objects.update_or_create(name=counter, defaults={"value": value})
+        except DatabaseError as exc:
+            logger.debug("stats.put_failed counter=%s error=%s", counter, exc)
+
     def value(self, counter: str) -> int:
         from ..models import ClusterCounter
 
@@ -81,6 +100,10 @@ class MemoryCounters:
     def incr(self, counter: str) -> None:
         with self._lock:
             self._counts[counter] = self._counts.get(counter, 0) + 1
+
+    def put(self, counter: str, value: int) -> None:
+        with self._lock:
+            self._counts[counter] = value
 
     def value(self, counter: str) -> int:
         with self._lock:

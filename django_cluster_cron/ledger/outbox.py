@@ -251,6 +251,11 @@ def _messages(runs: QuerySet[JobRun], limit: int | None = None) -> list[OutboxMe
     return [OutboxMessage.for_run(run) for run in ordered]
 
 
+def messages_of(run_ids: Sequence[int]) -> list[OutboxMessage]:
+    """The messages of these runs, read from their rows, by slot."""
+    return _messages(JobRun.objects.filter(pk__in=run_ids))
+
+
 def unpublished_runs(*, after: tuple[datetime, int] | None, limit: int) -> list[OutboxMessage]:
     """Runs recorded and never published, by slot, after ``(slot, id)``: what a new leader takes
     over (its predecessor's runs recorded ahead, or recorded before a crash)."""

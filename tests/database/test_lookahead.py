@@ -18,6 +18,7 @@ import pytest
 from django_cluster_cron import actions
 from django_cluster_cron.core.timing import jitter_offset
 from django_cluster_cron.dbtime import database_now
+from django_cluster_cron.dispatch.celery import CeleryDispatcher
 from django_cluster_cron.leases import LEADER
 from django_cluster_cron.ledger.outbox import stale_pending
 from django_cluster_cron.models import JobDefinition, JobRun, RunStatus, RunTrigger
@@ -404,3 +405,36 @@ def test_a_job_whose_last_slot_was_recorded_ahead_is_not_brought_back_by_the_nex
     successor.step()
     assert sent_ids(redis_client) == [last.task_id_for(T0)]
     assert JobRun.objects.filter(job=last).count() == 1
+
+
+class Switching(CeleryDispatcher):
+    """A dispatcher whose message form the test sets (as the workers' answers would)."""
+
+    form = False
+
+    def own_task(self) -> bool:
+        return self.form
+
+
+@pytest.mark.parametrize(("before", "after"), [(False, True), (True, False)])
+def test_runs_built_ahead_in_one_message_form_go_out_in_the_form_of_their_instant(
+    make_scheduler, redis_client, before, after
+):
+    """The workers' answers changed the form between recording and the instant (the first
+    worker of a new cluster answered; a worker of an earlier release appeared): the messages
+    built ahead are built again, in the form of now (issue 44, item 3)."""
+    clock = Clock(T0 - timedelta(seconds=30))
+    tick = minutely()
+    dispatcher = Switching()
+    dispatcher.form = before
+    scheduler = make_scheduler("node-a", clock, dispatcher=dispatcher, lookahead=AHEAD)
+    scheduler.step()
+    assert scheduler.armed.count == 1
+    dispatcher.form = after
+    clock.now = T0
+    scheduler.step()
+    [message] = queued_messages(redis_client)
+    assert message["headers"]["id"] == tick.task_id_for(T0)
+    expected = "tests.add" if after else "django_cluster_cron.execute_run"
+    assert message["headers"]["task"] == expected
+    assert JobRun.objects.get(job=tick).status == RunStatus.QUEUED

@@ -27,6 +27,7 @@ from typing import Any, cast
 
 from celery import Celery
 
+from ...ledger import outbox
 from ...ledger.outbox import OutboxMessage
 from ..port import Prepared, PublishFailed, publish_runs
 from . import forms, prepared
@@ -90,8 +91,15 @@ class CeleryDispatcher:
         the failure) when the broker fails.
         """
         ours = cast("Sequence[PreparedGroup]", groups)  # this adapter's own, from prepare()
-        sent = prepared.push(self.app, [g for g in ours if g.messages is None], keep)
+        form = self.own_task()
+        built = [g for g in ours if g.messages is None]
+        # Built in the other message form (the workers' answers changed it since): sent again
+        # from their rows, in the form of now.
+        stale = {r for g in built if g.own_task != form for r in g.run_ids if r in keep}
+        sent = prepared.push(self.app, [g for g in built if g.own_task == form], keep)
         ordinary = [m for g in ours if g.messages for m in g.messages if m.run_id in keep]
+        if stale:
+            ordinary += outbox.messages_of(sorted(stale))
         if ordinary:
             sent = publish_runs(self.publish, ordinary, sent)
         return sent

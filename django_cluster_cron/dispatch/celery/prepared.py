@@ -65,8 +65,9 @@ class PreparedGroup:
     """Messages of runs due at one instant, built ahead.
 
     ``payload`` holds the fast form (Redis): the queue keys, each message's key index, the
-    zlib-compressed concatenation of the payloads and where each ends; ``messages`` the
-    ordinary form (published the usual way at the instant).
+    zlib-compressed concatenation of the payloads and where each ends, built in the message
+    form ``own_task`` says (:mod:`.forms`); ``messages`` the ordinary form (published the usual
+    way at the instant).
     """
 
     due: datetime
@@ -78,6 +79,7 @@ class PreparedGroup:
     blob: bytes = b""
     ends: array[int] = field(default_factory=lambda: array("I"))
     messages: list[OutboxMessage] | None = None
+    own_task: bool = True
     _unpacked: list[tuple[int, str, bytes]] | None = None
 
     def __len__(self) -> int:
@@ -240,6 +242,7 @@ def prepare(
                 assert group.messages is not None
                 if _fill(group, group.messages, producer, sender):
                     group.messages = None
+                    group.own_task = own_task
     except Exception as exc:  # the broker is unreachable: build them at the instant
         logger.debug("dispatch.prepare_deferred error=%s", exc)
     return groups
