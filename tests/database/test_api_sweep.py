@@ -15,6 +15,7 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from rest_framework import serializers
 from rest_framework.test import APIClient
 
 from django_cluster_cron.api.serializers import JobSerializer
@@ -140,9 +141,13 @@ def answered_well(response: Any, sent: set[str]) -> dict[str, Any] | None:
 
 
 def honoured(reply: dict[str, Any], field: str, value: Any) -> None:
-    """A field the API answered 2xx to is in the job as sent (strings trimmed, as DRF does)."""
-    if field in ("args", "kwargs", "enabled"):
+    """A field the API answered 2xx to is in the job as sent (strings trimmed, and booleans
+    read, as DRF does: "TRUE" is true)."""
+    if field in ("args", "kwargs"):
         assert reply[field] == value, (field, reply[field], value)
+    elif field == "enabled":
+        read = serializers.BooleanField().to_internal_value(value)
+        assert reply[field] is read, (field, reply[field], value)
     elif isinstance(value, str) and field in ("name", "cron", "timezone", "task", "queue"):
         assert reply[field] == value.strip(), (field, reply[field], value)
     elif (

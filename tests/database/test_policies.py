@@ -266,17 +266,17 @@ def test_the_api_preview_gives_the_same_due_times_as_the_scheduler_will(admin_us
 
     api = APIClient()
     api.force_authenticate(admin_user)
+    saved = JobDefinition(
+        name="spread", cron="0 3 * * *", timezone="UTC", task="tests.echo", jitter=120
+    )
+    saved.full_clean()
+    saved.save()
+    # The saved job's jitter and id (its offsets depend on it), another schedule and zone.
     body = api.get(
         "/cron/api/preview/",
-        {
-            "cron": "*/5 * * * *",
-            "timezone": "Europe/Berlin",
-            "jitter": "120",
-            "job": "99",
-            "count": "5",
-        },
+        {"cron": "*/5 * * * *", "timezone": "Europe/Berlin", "job": saved.pk, "count": "5"},
     ).json()
-    timing = SlotTiming(jitter=timedelta(seconds=120), key=99)
+    timing = SlotTiming(jitter=timedelta(seconds=120), key=saved.pk)
     slots = [datetime.fromisoformat(s.replace("Z", "+00:00")) for s in body["slots"]]
     dues = [datetime.fromisoformat(d.replace("Z", "+00:00")) for d in body["fire_times"]]
     assert len(dues) == 5
