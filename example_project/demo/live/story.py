@@ -180,8 +180,10 @@ class Story:
 
     def every_slot_once(self) -> None:
         """Django's tasks on the database: across both failovers, every slot of the echo job
-        since the demo started has one run, and it succeeded on a db_worker."""
-        slots = snapshot.slots_between(ECHO_JOB, self.demo.started_at, timezone.now())
+        since a scheduler first led has one run, and it succeeded on a db_worker. (Slots that
+        fell due before any node led belong to the catch-up policy, as after any outage.)"""
+        first = self.demo.narrator.leaderships[0]
+        slots = snapshot.slots_between(ECHO_JOB, first.acquired_at, timezone.now())
         self.wait(
             f"every slot of '{ECHO_JOB}' since the start to end",
             lambda s: snapshot.finished_slots(ECHO_JOB, slots) == len(slots),
@@ -193,8 +195,8 @@ class Story:
         if succeeded != len(slots):
             raise StoryFailed(f"{len(slots) - succeeded} of {len(slots)} slots did not succeed")
         self.line(
-            f"every slot of '{ECHO_JOB}' since the demo started ({len(slots)}) ran once on a "
-            "db_worker, across both failovers: no Redis, no broker, only the database"
+            f"every slot of '{ECHO_JOB}' since {first.holder} first led ({len(slots)}) ran once on "
+            "a db_worker, across both failovers: no Redis, no broker, only the database"
         )
 
     def redis_outage(self, ttl: float) -> None:

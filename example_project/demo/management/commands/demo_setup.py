@@ -27,6 +27,9 @@ def demo_jobs(ping_url: str) -> list[dict[str, Any]]:
             "args": ["hello from django-cluster-cron"],
             "kwargs": {"source": "demo_setup"},
             "enabled": True,
+            # Every slot a failover leaves without a leader runs late (the default, "latest",
+            # would run the newest only): the demo's story counts them all.
+            "catchup_policy": "all",
             "description": "Logs its arguments in the worker; the quickest way to see runs.",
         },
         {
