@@ -4,4 +4,4 @@ Importing this package must stay free of Django imports: ``django_cluster_cron.s
 is used without Django settings (docs, scripts, the pure core's tests).
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
