@@ -41,6 +41,10 @@ class Trigger(str, enum.Enum):
     CATCHUP = "catchup"  # late: dispatched after a scheduler outage or stall
 
 
+# The longest catch-up window: a century (a longer one only names instants before the year 1).
+MAX_WINDOW = timedelta(days=36_525)
+
+
 @dataclass(frozen=True)
 class CatchupRules:
     policy: CatchupPolicy
@@ -55,6 +59,11 @@ class CatchupRules:
         if self.window <= timedelta(0):
             raise ScheduleError(
                 "catchup_window", f"catch-up window must be positive: {self.window}."
+            )
+        if self.window > MAX_WINDOW:
+            raise ScheduleError(
+                "catchup_window",
+                f"catch-up window {self.window} is longer than a century ({MAX_WINDOW.days} days).",
             )
         if self.grace < timedelta(0):
             raise ScheduleError("catchup_grace", f"grace must not be negative: {self.grace}.")

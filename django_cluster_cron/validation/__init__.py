@@ -19,6 +19,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 
 from ..celery_app import private_task_reason
+from ..core.catchup import MAX_WINDOW
 from ..core.cron import seconds_first_habit
 from ..core.errors import ScheduleError
 from ..core.exclusions import ExcludingSchedule, parse_exclusions
@@ -240,6 +241,12 @@ def clean_catchup_window(schedule: Schedule | None, window: timedelta, now: date
         raise ValidationError(
             f"The catch-up window must be longer than zero: give it {WINDOW_FORMAT}.",
             code="invalid",
+        )
+    if window > MAX_WINDOW:
+        raise ValidationError(
+            f"A catch-up window of {window} is longer than a century ({MAX_WINDOW.days:,} days): "
+            f"give it {WINDOW_FORMAT}.",
+            code="window_too_large",
         )
     if schedule is None:
         return

@@ -136,6 +136,7 @@ def test_any_json_for_args_and_kwargs_is_accepted_only_in_the_right_shape(value)
         ("catchup_policy", "sometimes"),
         ("overlap_policy", "never"),
         ("catchup_window", timedelta(days=-1)),
+        ("catchup_window", timedelta(days=10**6)),  # before the year 1 (was: OverflowError)
         ("max_retries", 1000),
         ("retry_backoff", -5.0),
         ("priority", 1000),
@@ -163,6 +164,7 @@ BAD_ROWS = [
     ("catchup_policy", "'bogus'"),
     ("overlap_policy", "'bogus'"),
     ("catchup_window", None),  # set below: zero
+    ("catchup_window_huge", None),  # set below: a million days
     ("args", "'{\"a\": 1}'"),
     ("kwargs", "'[1, 2]'"),
 ]
@@ -185,8 +187,9 @@ def test_bad_rows_are_parked_and_reported_once_while_the_good_job_keeps_running(
         )
         bad_ids.append(job.pk)
         with connection.cursor() as cursor:
-            if column == "catchup_window":
-                JobDefinition.objects.filter(pk=job.pk).update(catchup_window=timedelta(0))
+            if column.startswith("catchup_window"):
+                window = timedelta(days=10**6) if column.endswith("huge") else timedelta(0)
+                JobDefinition.objects.filter(pk=job.pk).update(catchup_window=window)
             else:
                 cursor.execute(f"UPDATE {table} SET {column} = {value} WHERE id = %s", [job.pk])
     JobDefinition.all_objects.update(
