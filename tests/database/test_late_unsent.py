@@ -20,10 +20,9 @@ from django.conf import settings as django_settings
 from django_cluster_cron.dbtime import database_now
 from django_cluster_cron.ledger.outbox import OutboxMessage
 from django_cluster_cron.models import JobRun, RunStatus, RunTrigger
-from tests.support.inprocess import T0, Clock, job, queued_messages
+from tests.support.inprocess import T0, Clock, job, queued_messages, take_over
 from tests.support.jobs import FORM, apply
 from tests.support.leases import LEASES
-from tests.support.waiting import wait_for
 from tests.testapp.models import Execution
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -52,12 +51,7 @@ def stop_everyone_then_lead_at(make_scheduler, clock, later: timedelta):
     assert (run.status, run.publish_count) == (RunStatus.PENDING, 0)
     clock.now = T0 + later
     successor = make_scheduler("node-b", clock, lookahead=AHEAD)
-
-    def leads():
-        successor.step()
-        return successor.is_leader
-
-    wait_for(leads, 30, "node-a's lease to expire and node-b to take over")
+    take_over(successor)
     successor.step()
     return run
 

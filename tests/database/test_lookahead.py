@@ -22,10 +22,9 @@ from django_cluster_cron.dispatch.celery import CeleryDispatcher
 from django_cluster_cron.leases import LEADER
 from django_cluster_cron.ledger.outbox import stale_pending
 from django_cluster_cron.models import JobDefinition, JobRun, RunStatus, RunTrigger
-from tests.support.inprocess import T0, Clock, backend_of, job, queued_messages
+from tests.support.inprocess import T0, Clock, backend_of, job, queued_messages, take_over
 from tests.support.leases import LEASES
 from tests.support.querycount import count_queries
-from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -244,12 +243,7 @@ def test_a_leader_that_vanishes_hands_its_runs_recorded_ahead_to_the_next(
     assert gone.armed.count == 2
     # node-a stops without a word (SIGKILL): its lease expires, node-b takes over.
     successor = make_scheduler("node-b", clock, lookahead=AHEAD)
-
-    def leads():
-        successor.step()
-        return successor.is_leader
-
-    wait_for(leads, 30, "node-a's lease to expire and node-b to take over")
+    take_over(successor)
     assert successor.armed.count == 2  # taken over from the rows
     assert redis_client.llen("celery") == 0  # and not sent early
 
@@ -391,12 +385,7 @@ def test_a_job_whose_last_slot_was_recorded_ahead_is_not_brought_back_by_the_nex
     last.refresh_from_db()
     assert (last.last_scheduled_at, last.next_run_at) == (T0, None)
     successor = make_scheduler("node-b", clock, lookahead=AHEAD)
-
-    def leads():
-        successor.step()
-        return successor.is_leader
-
-    wait_for(leads, 30, "node-a's lease to expire and node-b to take over")
+    take_over(successor)
     successor.step()
     assert "job.returned" not in caplog.text
     last.refresh_from_db()

@@ -75,6 +75,18 @@ def make_scheduler(redis_client, settings, lease_kind):
         scheduler.shutdown()
 
 
+def take_over(successor: Scheduler, timeout: float = 30) -> None:
+    """Step ``successor`` until it leads: its predecessor vanished without a word (SIGKILL),
+    so it waits for the predecessor's lease to expire."""
+    from tests.support.waiting import wait_for
+
+    def leads() -> bool:
+        successor.step()
+        return successor.is_leader
+
+    wait_for(leads, timeout, "the predecessor's lease to expire and the successor to take over")
+
+
 def job(name, cron="* * * * *", watermark=None, **fields):
     values = {"cron": cron, "timezone": "UTC", "task": "tests.add", "args": [1, 2]}
     values.update(fields)
