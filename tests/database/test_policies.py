@@ -274,7 +274,7 @@ def test_the_api_preview_gives_the_same_due_times_as_the_scheduler_will(admin_us
     # The saved job's jitter and id (its offsets depend on it), another schedule and zone.
     body = api.get(
         "/cron/api/preview/",
-        {"cron": "*/5 * * * *", "timezone": "Europe/Berlin", "job": saved.pk, "count": "5"},
+        {"cron": "*/5 * * * *", "timezone": "Europe/Berlin", "job": str(saved.pk), "count": "5"},
     ).json()
     timing = SlotTiming(jitter=timedelta(seconds=120), key=saved.pk)
     slots = [datetime.fromisoformat(s.replace("Z", "+00:00")) for s in body["slots"]]
