@@ -24,8 +24,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(300)]
 # the test's first slot the leader is started (it records it at once: LOOKAHEAD is longer).
 GRACE = 2
 PERIOD = 5
-LEAD = 30
-POLICIES = ["none", "latest", "all"]
+LEAD = 20
 
 
 def job_from(policy: str, task: str) -> tuple[JobDefinition, datetime]:
@@ -94,7 +93,8 @@ def assert_fate(job: JobDefinition, policy: str, slot: datetime) -> None:
         assert executed(job, slot) == 0
 
 
-@pytest.mark.parametrize("policy", POLICIES)
+# The examples (none sent late, latest run twice); the rest is in process.
+@pytest.mark.parametrize("policy", ["none", "latest"])
 def test_celery_the_next_leader_judges_the_run_its_predecessor_recorded_ahead(cluster, policy):
     cluster.settings.update({"ON_TIME_GRACE": GRACE, "LOOKAHEAD": LEAD + 30})
     cluster.worker("w")
@@ -121,7 +121,7 @@ def test_celery_the_next_leader_judges_the_run_its_predecessor_recorded_ahead(cl
 
 @pytest.mark.skipif(not settings.HAS_DJANGO_TASKS, reason="django-tasks-db is not installed")
 @pytest.mark.parametrize("lease_kind", ["database"])
-@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("policy", ["none", "all"])
 def test_django_tasks_a_worker_judges_a_deferred_run_it_receives_late(cluster, policy):
     cluster.settings.update({"ON_TIME_GRACE": GRACE, "LOOKAHEAD": LEAD + 30})
     cluster.db_worker("early")
