@@ -305,7 +305,7 @@ def check_network_timeouts(app_configs: Any = None, **kwargs: Any) -> list[Check
 @register(Tags.security)
 def check_task_allowlist(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """W008: whoever may add a job through the API chooses a task and its arguments; without an
-    allowlist that is any task the Celery app registers."""
+    allowlist that is any task of the project."""
     if app_settings.TASK_ALLOWLIST is not None:
         return []
     from django.urls import NoReverseMatch, reverse
@@ -319,8 +319,8 @@ def check_task_allowlist(app_configs: Any = None, **kwargs: Any) -> list[CheckMe
     return [
         Warning(
             "The REST API is mounted and CLUSTER_CRON['TASK_ALLOWLIST'] is not set: whoever may "
-            "add or change a job through it runs any registered Celery task with arguments of "
-            "their choice.",
+            "add or change a job through it runs any task of the project (a registered Celery "
+            "task, a django.tasks task by its path) with arguments of their choice.",
             hint="Set CLUSTER_CRON['TASK_ALLOWLIST'] to the task name patterns jobs may use, "
             "e.g. ['billing.tasks.*', 'reports.tasks.*'].",
             id="cluster_cron.W008",

@@ -28,6 +28,7 @@ __all__ = [
     "resolve_task",
     "target",
     "task_path",
+    "task_paths",
     "task_signature",
 ]
 
@@ -99,6 +100,30 @@ def task_path(candidate: object) -> str | None:
     if framework_of(candidate) is None:
         return None
     return str(candidate.module_path)  # type: ignore[attr-defined]
+
+
+def task_paths() -> list[str]:
+    """The import paths of the ``django.tasks`` tasks in the installed apps' ``tasks`` modules
+    (imported here, as Celery's autodiscovery imports them): what the admin offers a job. A
+    task defined elsewhere is still a job's task by its path."""
+    from django.apps import apps
+
+    if not available():
+        return []
+    found = set()
+    for config in apps.get_app_configs():
+        name = f"{config.name}.tasks"
+        try:
+            if find_spec(name) is None:
+                continue
+            module = importlib.import_module(name)
+        except Exception:  # a module that fails to import is no list of tasks
+            continue
+        for value in vars(module).values():
+            path = task_path(value)
+            if path is not None:
+                found.add(path)
+    return sorted(found)
 
 
 def resolve_task(path: str) -> Any | None:

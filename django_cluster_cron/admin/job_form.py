@@ -132,21 +132,40 @@ def timing_from_query(query: Any) -> SlotTiming:
     return SlotTiming(start, end, timedelta(seconds=jitter), key if jitter else 0)
 
 
-def _task_choices(current: str | None) -> list[tuple[str, str]]:
-    try:
-        names = registered_task_names()
-    except ImproperlyConfigured:
-        names = []
+def task_suggestions() -> list[tuple[str, str]]:
+    """The tasks a job may name, each with the system it runs on: the Celery app's registered
+    tasks (when the project has a Celery app), the ``django.tasks`` tasks of the installed apps'
+    ``tasks`` modules, and the tasks jobs already name; those ``TASK_ALLOWLIST`` admits."""
+    from ..celery_app import configured, get_celery_app
     from ..conf import app_settings
+    from ..djtasks_app import task_paths
 
-    choices = [(n, n) for n in names if app_settings.task_allowed(n)]
-    if current and current not in dict(choices):
-        # Keep an unknown stored value visible; the model's clean() explains what is wrong.
-        from ..celery_app import private_task_reason
+    try:
+        app = get_celery_app()
+        celery = registered_task_names(app) if configured(app) else []
+    except ImproperlyConfigured:
+        celery = []
+    found = dict.fromkeys(celery, "Celery task")
+    for path in task_paths():
+        found.setdefault(path, "django.tasks task")
+    for name in JobDefinition.objects.order_by().values_list("task", flat=True).distinct():
+        found.setdefault(name, "a job's task")
+    return sorted((n, kind) for n, kind in found.items() if app_settings.task_allowed(n))
 
-        why = "not allowed" if private_task_reason(current) else "not registered"
-        choices.insert(0, (current, f"{current} ({why})"))
-    return [("", "---------"), *choices]
+
+class TaskInput(forms.TextInput):
+    """A task's name or import path, typed, with the tasks found offered as suggestions (an HTML
+    datalist): a ``django.tasks`` task defined anywhere is named by its path."""
+
+    LIST_ID = "dcc-task-suggestions"
+
+    def __init__(self) -> None:
+        super().__init__(attrs={"list": self.LIST_ID, "size": 60, "autocomplete": "off"})
+
+    def render(self, name: str, value: Any, attrs: Any = None, renderer: Any = None) -> Any:
+        options = format_html_join("", '<option value="{}">{}</option>', task_suggestions())
+        field = super().render(name, value, attrs, renderer)
+        return format_html('{}<datalist id="{}">{}</datalist>', field, self.LIST_ID, options)
 
 
 def _help_text(field: str) -> str:
@@ -248,10 +267,8 @@ class JobDefinitionForm(forms.ModelForm):  # type: ignore[type-arg]
         # A field read-only here (a job declared in code, a view-only user) is not in the form:
         # it is shown, never posted, so it is not added back as a required choice.
         if "task" in self.fields:
-            current_task = self.instance.task if self.instance else None
-            self.fields["task"] = forms.ChoiceField(
-                choices=_task_choices(self.data.get("task") or current_task),
-                help_text=_help_text("task"),
+            self.fields["task"] = forms.CharField(
+                max_length=200, widget=TaskInput(), help_text=_help_text("task")
             )
         for name, example in (
             ("args", 'a list, such as [1, "two"] (or [] for none)'),

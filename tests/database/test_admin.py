@@ -3,6 +3,7 @@
 import re
 
 import pytest
+from django.conf import settings
 from django.urls import reverse
 
 from django_cluster_cron.models import JobDefinition, JobRun
@@ -156,3 +157,43 @@ def test_the_ledger_says_why_a_slot_did_not_run_on_hover(admin_client):
         b'title="overlap policy &#x27;skip&#x27;: the previous run is still waiting or running"'
         in html
     )
+
+
+# -- the task field: Celery's tasks and Django's own ----------------------------------------
+
+
+def add_page(client) -> str:
+    return str(client.get(reverse("admin:django_cluster_cron_jobdefinition_add")).content.decode())
+
+
+@pytest.mark.skipif(not settings.HAS_DJANGO_TASKS, reason="django-tasks is not installed")
+def test_the_task_field_offers_both_systems_tasks_and_takes_a_django_tasks_path(
+    admin_client, monkeypatch
+):
+    """A project's django.tasks tasks are offered beside its Celery tasks (the field offered
+    Celery's registered tasks only: a django.tasks-only project could pick none), and any
+    task's path may be typed (issue 44)."""
+    from tests.testapp import dtasks, tasks
+
+    # A django.tasks task in an installed app's tasks module, where the admin looks.
+    monkeypatch.setattr(tasks, "dj_record", dtasks.record, raising=False)
+    page = add_page(admin_client)
+    assert '<datalist id="dcc-task-suggestions">' in page
+    assert '<option value="tests.add">Celery task</option>' in page
+    assert '<option value="tests.testapp.dtasks.record">django.tasks task</option>' in page
+    response = post(admin_client, task="tests.testapp.dtasks.flaky", args='["x", 0]')
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    assert JobDefinition.objects.get(name="report").task == "tests.testapp.dtasks.flaky"
+    # A task a job names is offered from then on, wherever it is defined.
+    assert '<option value="tests.testapp.dtasks.flaky">a job&#x27;s task</option>' in add_page(
+        admin_client
+    )
+
+
+def test_a_project_without_a_celery_app_is_offered_no_celery_task(admin_client, monkeypatch):
+    from django_cluster_cron import celery_app
+
+    monkeypatch.setattr(celery_app, "configured", lambda app: False)
+    page = add_page(admin_client)
+    assert '<datalist id="dcc-task-suggestions">' in page
+    assert 'value="tests.add"' not in page
