@@ -21,6 +21,7 @@ from typing import Any
 
 from django.db import DatabaseError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import BooleanField, Func
 
 
 class _Own(threading.local):
@@ -134,3 +135,77 @@ def forget_inherited() -> None:
     """In a process just forked: drop (without closing: the parent's socket) what the parent's
     thread had made."""
     _own.wrappers = {}
+
+
+# -- a server that answers but no longer takes writes ------------------------------------------
+#
+# After a failover the old primary often keeps answering, demoted to a read-only standby: its
+# sessions stay open and every read works, so nothing that only reads notices. A write fails
+# with one of these, and the connection is then as good as dead: it is closed, and the next one
+# is made to whatever the address names now.
+
+READ_ONLY_SQLSTATE = "25006"  # PostgreSQL: read_only_sql_transaction
+# MySQL/MariaDB: --read-only (ER_OPTION_PREVENTS_STATEMENT), read-only mode, a read-only
+# transaction.
+READ_ONLY_MYSQL_ERRORS = frozenset({1290, 1836, 1792})
+
+
+class ReadOnlyServer(DatabaseError):
+    """The database server this connection reaches refuses writes (a demoted primary, a hot
+    standby): found by a query that asks, before any write failed."""
+
+
+def read_only_error(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or an error it was raised from) says the server refuses writes."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, ReadOnlyServer):
+            return True
+        code = getattr(exc, "sqlstate", None) or getattr(exc, "pgcode", None)
+        if code == READ_ONLY_SQLSTATE:
+            return True
+        args = getattr(exc, "args", ())
+        first = args[0] if args else None
+        if (
+            isinstance(first, int)
+            and first in READ_ONLY_MYSQL_ERRORS
+            and type(exc).__module__.startswith(("MySQLdb", "django.db"))
+        ):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+# Per vendor: a boolean expression, true where the server answering refuses writes.
+_READ_ONLY_SQL = {
+    "postgresql": "(current_setting('transaction_read_only') = 'on')",
+    "mysql": "(@@global.read_only <> 0)",
+}
+
+
+def check_writable(wrapper: BaseDatabaseWrapper) -> None:
+    """Raise :class:`ReadOnlyServer` if the server ``wrapper`` reaches refuses writes (one
+    query; it also proves the server answers)."""
+    sql = _READ_ONLY_SQL.get(wrapper.vendor, "(1 = 0)")
+    with wrapper.cursor() as cursor:
+        cursor.execute(f"SELECT {sql}")
+        row = cursor.fetchone()
+    if row is not None and row[0]:
+        raise ReadOnlyServer(f"the database server refuses writes ({wrapper.vendor}: read-only)")
+
+
+class ServerReadOnly(Func):
+    """Whether the server answering the statement refuses writes, as a column of a query the
+    caller makes anyway (no extra round trip): PostgreSQL's ``transaction_read_only`` (on in a
+    hot standby and where ``default_transaction_read_only`` demotes a primary), MySQL's and
+    MariaDB's ``read_only``; SQLite never is."""
+
+    output_field = BooleanField()
+    template = "(1 = 0)"
+
+    def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        return _READ_ONLY_SQL["postgresql"], []
+
+    def as_mysql(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        return _READ_ONLY_SQL["mysql"], []

@@ -17,9 +17,10 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
-from django.db import DatabaseError, IntegrityError
+from django.db import DatabaseError, IntegrityError, connections, router
 from django.db.models import Value
 
+from ..dbconn import read_only_error
 from ..dbtime import DbNow
 from ..leases.base import LeaseUnavailable
 
@@ -47,6 +48,23 @@ class NodeReports(Protocol):
         ...
 
 
+# Whether this process's last report failed: its failures are logged once per change, where an
+# operator sees them (a node that cannot write its report cannot write much else).
+_failing = [False]
+
+
+def _failed(exc: BaseException) -> None:
+    if not _failing[0]:
+        _failing[0] = True
+        logger.warning("status.report_failed error=%s", " ".join(str(exc).split())[:300])
+
+
+def _written() -> None:
+    if _failing[0]:
+        _failing[0] = False
+        logger.warning("status.report_written: node reports are written again")
+
+
 class RedisReports:
     """Short-lived keys ``<KEY_PREFIX>:node:<node id>`` holding JSON."""
 
@@ -61,8 +79,9 @@ class RedisReports:
                 self.place.key(f"node:{node_id}"), json.dumps(payload), px=max(1, round(ttl * 1000))
             )
         except Exception as exc:  # a status report must never disturb the scheduler
-            logger.debug("status.report_failed error=%s", exc)
+            _failed(exc)
             return False
+        _written()
         return True
 
     def reports(self) -> list[dict[str, Any]]:
@@ -115,8 +134,11 @@ class DatabaseReports:
                 gone = DbNow() - Value(timedelta(hours=1))
                 NodeReport.objects.filter(expires_at__lt=gone).delete()
         except DatabaseError as exc:  # a status report must never disturb the scheduler
-            logger.debug("status.report_failed error=%s", exc)
+            _failed(exc)
+            if read_only_error(exc):  # a server that refuses writes: the connection is no use
+                connections[router.db_for_write(NodeReport)].close()
             return False
+        _written()
         return True
 
     def reports(self) -> list[dict[str, Any]]:

@@ -87,12 +87,16 @@ class Fence:
     @classmethod
     def join(cls, token: str) -> Fence | None:
         """The term the database lease's acquiring UPDATE gave ``token`` (None if the row no
-        longer holds it)."""
-        epoch = (
-            SchedulerLease.objects.filter(name=LEADER, token=token)
-            .values_list("epoch", flat=True)
-            .first()
-        )
+        longer holds it). The row is found by writing to it, on the connection the leader's
+        writes will use: a connection left on a server that no longer takes writes (a primary
+        demoted after a failover, still answering reads of what it held) fails here, instead of
+        reading there that the lease is not ours while the lease's own connection took it on the
+        new primary."""
+        with transaction.atomic():
+            mine = SchedulerLease.objects.filter(name=LEADER, token=token)
+            if not mine.update(last_write_at=DbNow()):
+                return None
+            epoch = mine.values_list("epoch", flat=True).first()
         return None if epoch is None else cls(int(epoch), token)
 
     @contextmanager

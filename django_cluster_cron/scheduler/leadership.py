@@ -17,7 +17,8 @@ Redis key (only while that leader's token holds it) and takes it at once instead
 its TTL. (With the database lease, a standby sees a leader whose connection ended through the
 lease's session witness: :mod:`django_cluster_cron.leases.witness`.)
 
-A standby only tries to take the lease, and only while it can reach the database and the broker:
+A standby only tries to take the lease, and only while it can reach the database (one that takes
+writes: a primary demoted by a failover still answers) and the broker:
 a node whose last statement or publish failed first checks that one is back, so it never holds
 a lease it could not use while a standby that can use it waits. Taking it is not enough to lead:
 the term also needs its fencing epoch in the database
@@ -39,9 +40,9 @@ import logging
 import time
 from collections.abc import Callable
 
-from django.db import DatabaseError
+from django.db import DatabaseError, connection
 
-from ..dbtime import database_now
+from ..dbconn import check_writable
 from ..leases import Lease, LeaseBackend, LeaseUnavailable
 from ..leases.base import node_of
 from ..ledger.fence import Fence
@@ -58,6 +59,12 @@ BROKER_PATIENCE_MAX = 30
 DEPENDENCY = {"redis": "redis", "database": "db"}
 
 
+def reach_writable_database() -> None:
+    """Raise unless the database answers and takes writes: a node leads only where its writes
+    can land (a primary demoted by a failover still answers reads)."""
+    check_writable(connection)
+
+
 class Term:
     """This node's leadership: the lease, the fencing epoch while it leads, the renewals."""
 
@@ -72,7 +79,7 @@ class Term:
         on_end: Callable[[], object],
         on_released: Callable[[], object],
         on_database_error: Callable[[], object],
-        reach_database: Callable[[], object] = database_now,
+        reach_database: Callable[[], object] = reach_writable_database,
         reach_broker: Callable[[], object] | None = None,
     ) -> None:
         self.node_id = node_id

@@ -39,6 +39,7 @@ from django.utils import timezone
 from ..conf import app_settings
 from ..coordination import Coordination, Sleeper, coordination_for
 from ..core.clock import OffsetClock
+from ..dbconn import ReadOnlyServer, read_only_error
 from ..dispatch import Dispatcher
 from ..leases import Lease, LeaseBackend, get_backend
 from ..ledger.fence import FencedOut
@@ -263,6 +264,8 @@ class Scheduler:
             # database's clock and the earliest next run (an indexed MIN).
             sent = self.clock_watch.host_now()
             state = self.recorder.idle_state()
+            if state is not None and state.read_only:
+                raise ReadOnlyServer("the database server answering refuses writes")
             self.clock_watch.observe(state.db_now if state else None, sent)
             if state is None or not self.term.holds(state.epoch, state.token):
                 self.term.report_epoch_change(None if state is None else state.epoch)
@@ -281,7 +284,12 @@ class Scheduler:
         except DatabaseError as exc:
             _reset_connections()
             backoff = self.health.down("db", exc)
-            if self.is_leader and self.health.failing_for("db") >= RESIGN_AFTER:
+            if self.is_leader and read_only_error(exc):
+                # A server that answers but refuses writes (a primary demoted by a failover):
+                # the connections were closed, the next ones reach whatever the address names
+                # now; meanwhile a node whose connections are there already leads.
+                self.term.release("database read-only")
+            elif self.is_leader and self.health.failing_for("db") >= RESIGN_AFTER:
                 # The database is out of this node's reach, maybe not of the others': give the
                 # lease up so one of them leads. It leads again only once it reaches the database.
                 self.term.release("database unreachable")

@@ -24,6 +24,7 @@ from ..core.ahead import AheadPlan, plan_ahead
 from ..core.catchup import CatchupRules, SlotPlan, plan_slots
 from ..core.errors import ScheduleError
 from ..core.overlap import OverlapPolicy
+from ..dbconn import ServerReadOnly
 from ..dbtime import DbNow, as_utc
 from ..leases.base import LEADER
 from ..ledger.fastinsert import insert_ignoring_conflicts
@@ -54,6 +55,7 @@ class IdleState(NamedTuple):
     token: str
     db_now: datetime
     next_due: datetime | None
+    read_only: bool = False  # the server answering refuses writes (a demoted primary)
 
 
 @dataclass
@@ -99,9 +101,9 @@ def _idle_query() -> Any:
     )
     return (
         SchedulerLease.objects.filter(name=LEADER)
-        .annotate(db_now=DbNow(), next_due=Subquery(first))
+        .annotate(db_now=DbNow(), next_due=Subquery(first), read_only=ServerReadOnly())
         .order_by()
-        .values_list("epoch", "token", "db_now", "next_due")[:1]
+        .values_list("epoch", "token", "db_now", "next_due", "read_only")[:1]
     )
 
 
@@ -114,8 +116,9 @@ class Recorder:
     # -- reading ---------------------------------------------------------------------------
 
     def idle_state(self) -> IdleState | None:
-        """One query for the idle tick: the current epoch and token, the database's clock and
-        the earliest ``next_run_at`` (an indexed MIN); None if the leader row is gone.
+        """One query for the idle tick: the current epoch and token, the database's clock, the
+        earliest ``next_run_at`` (an indexed MIN) and whether the server refuses writes (a
+        primary demoted after a failover still answers reads); None if the leader row is gone.
 
         The statement is compiled once per connection and reused: building it through the ORM
         each tick cost several times what the database spends running it.
@@ -129,12 +132,13 @@ class Recorder:
             row = cursor.fetchone()
         if row is None:
             return None
-        epoch, token, db_now, next_due = row
+        epoch, token, db_now, next_due, read_only = row
         return IdleState(
             int(epoch),
             str(token),
             as_utc(db_now),
             None if next_due is None else as_utc(next_due),
+            bool(read_only),
         )
 
     def next_due_at(self) -> datetime | None:
