@@ -48,7 +48,14 @@ from ..dbconn import close_own_connection, own_connection
 from ..dbtime import DbNow
 from ..models import WAITING_STATUSES, JobDefinition, JobRun, RunStatus
 
-__all__ = ["CLAIMABLE", "claim_run", "finish_run", "seconds_until_due"]
+__all__ = [
+    "CLAIMABLE",
+    "claim_run",
+    "claimed_by",
+    "finish_run",
+    "outcome_of",
+    "seconds_until_due",
+]
 
 psycopg: Any
 try:  # psycopg 3: the statements can be prepared (Django also runs on psycopg2)
@@ -158,6 +165,7 @@ class _Statements:
                 f"{assign['heartbeat_at']} = {now}",
                 f"{assign['worker']} = %s",
                 f"{assign['backend_result_id']} = %s",
+                f"{assign['claim_token']} = %s",
                 f"{assign['finished_at']} = NULL",
                 f"{assign['duration']} = NULL",
                 f"{assign['retry_at']} = NULL",
@@ -170,6 +178,17 @@ class _Statements:
             f" AND ({column('due_at')} IS NULL OR {column('due_at')} <= {now})"
         )
         join = quote(_column_name(cast("Field[Any, Any]", JobDefinition._meta.pk)))
+        # The run as this delivery claimed it: a claim retried after its answer was lost.
+        self.owned_sql = (
+            f"SELECT {self.run.sql}, {self.job.sql} FROM {run_table} INNER JOIN {job_table}"
+            f" ON ({job_table}.{join} = {column('job')}) WHERE {column('id')} = %s"
+            f" AND {column('status')} = %s AND {column('attempt')} = %s"
+            f" AND {column('claim_token')} = %s"
+        )
+        self.outcome_sql = (
+            f"SELECT {column('status')}, {column('attempt')} FROM {run_table}"
+            f" WHERE {column('id')} = %s AND {column('claim_token')} = %s"
+        )
         if self.vendor == "postgresql":
             self.claim_sql = (
                 f"UPDATE {run_table} SET {assignments} FROM {job_table} WHERE {match}"
@@ -194,8 +213,17 @@ class _Statements:
         attempt: int,
         worker: str,
         result_id: str = "",
+        token: str = "",
     ) -> JobRun | None:
-        params: list[Any] = [str(RunStatus.RUNNING), worker, result_id, run_id, task_id, attempt]
+        params: list[Any] = [
+            str(RunStatus.RUNNING),
+            worker,
+            result_id,
+            token,
+            run_id,
+            task_id,
+            attempt,
+        ]
         params += [str(status) for status in CLAIMABLE]
         with _cursor(connection, self.claim_sql) as cursor:
             _execute(cursor, self.claim_sql, params)
@@ -206,6 +234,28 @@ class _Statements:
             row = cursor.fetchone()
         if row is None:
             return None
+        return self._build(row, connection)
+
+    def owned(
+        self, connection: BaseDatabaseWrapper, run_id: int, attempt: int, token: str
+    ) -> JobRun | None:
+        """The run if this delivery (``token``) claimed it at ``attempt`` and it still runs."""
+        params = [run_id, str(RunStatus.RUNNING), attempt, token]
+        with connection.cursor() as cursor:
+            cursor.execute(self.owned_sql, params)
+            row = cursor.fetchone()
+        return None if row is None else self._build(row, connection)
+
+    def outcome(
+        self, connection: BaseDatabaseWrapper, run_id: int, token: str
+    ) -> tuple[str, int] | None:
+        """The status and attempt of the run this delivery (``token``) claimed, or None."""
+        with connection.cursor() as cursor:
+            cursor.execute(self.outcome_sql, [run_id, token])
+            row = cursor.fetchone()
+        return None if row is None else (str(row[0]), int(row[1]))
+
+    def _build(self, row: Sequence[Any], connection: BaseDatabaseWrapper) -> JobRun:
         split = len(self.run.fields)
         run: JobRun = self.run.build(row[:split], connection)
         job = self.job.build(row[split:], connection)
@@ -378,14 +428,29 @@ def _for(using: str | None = None) -> tuple[BaseDatabaseWrapper, _Statements]:
 
 
 def claim_run(
-    run_id: int, task_id: str, attempt: int, worker: str, result_id: str = ""
+    run_id: int, task_id: str, attempt: int, worker: str, result_id: str = "", token: str = ""
 ) -> JobRun | None:
     """Take the run for this delivery if it is still claimable (one delivery can win): it is
     ``running`` from the database's now, on ``worker``, ``result_id`` the execution backend's
-    id of this attempt's result (empty where it is the task id). Returns the run with its job,
-    or None."""
+    id of this attempt's result (empty where it is the task id), ``token`` this delivery's own
+    (:func:`claimed_by`). Returns the run with its job, or None."""
     connection, statements = _for()
-    return statements.claim(connection, run_id, task_id, attempt, worker, result_id)
+    return statements.claim(connection, run_id, task_id, attempt, worker, result_id, token)
+
+
+def claimed_by(run_id: int, attempt: int, token: str) -> JobRun | None:
+    """The run, with its job, if the delivery holding ``token`` claimed it at ``attempt`` and it
+    still runs: a claim whose commit reached the database while its answer was lost (the
+    connection broke) is found again by its retry."""
+    connection, statements = _for()
+    return statements.owned(connection, run_id, attempt, token)
+
+
+def outcome_of(run_id: int, token: str) -> tuple[str, int] | None:
+    """The status and attempt of the run the delivery holding ``token`` claimed, or None: what a
+    record retried after a lost answer finds if its first try was written."""
+    connection, statements = _for()
+    return statements.outcome(connection, run_id, token)
 
 
 def seconds_until_due(run_id: int, task_id: str, attempt: int) -> float | None:
@@ -409,8 +474,14 @@ def seconds_until_due(run_id: int, task_id: str, attempt: int) -> float | None:
     return max(0.0, (as_utc(due) - as_utc(now)).total_seconds())
 
 
-def finish_run(run_id: int, attempt: int, values: Mapping[str, Any]) -> int:
+def finish_run(run_id: int, attempt: int, values: Mapping[str, Any], token: str = "") -> int:
     """Write ``values`` and ``finished_at`` (database time) if the run is still ``running`` at
-    ``attempt``; the number of rows written (0 or 1)."""
+    ``attempt``; the number of rows written (0 or 1). With ``token`` (the delivery that claimed
+    it), a write that finds nothing to change but the very outcome it writes, under that token,
+    counts as written: its first try committed and only the answer was lost."""
     connection, statements = _for()
-    return statements.finish(connection, run_id, attempt, values)
+    written = statements.finish(connection, run_id, attempt, values)
+    if written or not token:
+        return written
+    meant = (str(values.get("status")), int(values.get("attempt", attempt)))
+    return 1 if statements.outcome(connection, run_id, token) == meant else 0

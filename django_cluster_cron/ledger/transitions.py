@@ -62,7 +62,8 @@ def _recover(run: JobRun, now: datetime) -> LostRun:
             f"{seen:%Y-%m-%d %H:%M:%S}Z"
         )
     retry = job.on_worker_lost == "retry" and run.attempt <= job.max_retries
-    fields: dict[str, object] = {"error": reason, "finished_at": now}
+    # The lost delivery's token goes: a late record of it must not take this for its own write.
+    fields: dict[str, object] = {"error": reason, "finished_at": now, "claim_token": ""}
     if run.started_at:
         fields["duration"] = now - run.started_at
     if retry:

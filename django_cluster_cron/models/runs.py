@@ -129,6 +129,15 @@ class JobRun(models.Model):
         help_text="The id its execution backend gave the attempt's result, where that is not the "
         "task id: a django.tasks backend's TaskResult id (for get_result, or its admin).",
     )
+    claim_token = models.CharField(
+        max_length=32,
+        blank=True,
+        default="",
+        db_default="",  # rows an earlier release's node inserts during a rolling upgrade
+        editable=False,
+        help_text="The delivery that claimed the attempt: a worker that retries its claim or "
+        "its record after a lost answer (a database switchover) knows its own.",
+    )
     reason = models.CharField(
         max_length=255, blank=True, help_text="Why the run was missed, skipped or cancelled."
     )

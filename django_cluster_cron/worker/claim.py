@@ -15,13 +15,15 @@ import logging
 import os
 import socket
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from django.db import InterfaceError, OperationalError, connection
+from django.db import DatabaseError, InterfaceError, OperationalError, connection
 
 from ..coordination import get_coordination
-from ..ledger.statements import claim_run, reset_connection, seconds_until_due
+from ..dbconn import read_only_error
+from ..ledger.statements import claim_run, claimed_by, reset_connection, seconds_until_due
 from ..models import JobRun
 from ..ops import metrics
 
@@ -46,18 +48,57 @@ class EarlyMessage(Exception):
 
 T = TypeVar("T")
 
+# How long a worker keeps trying its claim or its record while the database is switching over
+# (a primary promoted, a demoted one refusing writes): seconds, and the waits between tries.
+SWITCHOVER_BUDGET = 30.0
+RETRY_FIRST = 0.2
+RETRY_MAX = 5.0
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` says the connection is no use (broken, or on a server that refuses
+    writes) rather than that the statement was wrong."""
+    return isinstance(exc, (InterfaceError, OperationalError)) or read_only_error(exc)
+
+
+def through_switchover(action: Callable[[bool], T]) -> T:
+    """Run a ledger write, ``action(retried)``. While its connection breaks or reaches a server
+    that refuses writes, close it and try again on a fresh one (to whatever the address names
+    now), with waits that double, for up to SWITCHOVER_BUDGET: a switchover takes a moment,
+    and a run left 'running' without its record would be declared lost. The writes are
+    conditional and carry the delivery's token, so a try whose answer was lost after it
+    committed is recognised by the next (``retried`` is then True)."""
+    deadline = time.monotonic() + SWITCHOVER_BUDGET
+    delay = RETRY_FIRST
+    retried = False
+    while True:
+        try:
+            return action(retried)
+        except DatabaseError as exc:
+            if not connection_lost(exc) or time.monotonic() + delay > deadline:
+                raise
+            logger.warning(
+                "run.db_reconnect error=%s read_only=%s retry_in=%.1fs",
+                " ".join(str(exc).split())[:200],
+                int(read_only_error(exc)),
+                delay,
+            )
+            reset_connection()
+            connection.close()
+            time.sleep(delay)
+            delay = min(delay * 2, RETRY_MAX)
+            retried = True
+
 
 def with_fresh_connection(action: Callable[[], T]) -> T:
-    """Run a ledger write; if the connection broke (the body may have left it dead, or the
-    server dropped it), reconnect and try once more — the writes are conditional, so a repeat
-    is harmless — instead of leaving the run 'running' until it is declared lost."""
-    try:
-        return action()
-    except (InterfaceError, OperationalError) as exc:
-        logger.warning("run.db_reconnect error=%s", exc)
-        reset_connection()
-        connection.close()
-        return action()
+    """:func:`through_switchover` for a write that needs no token to be retried (it is
+    conditional on a state only its first try leaves)."""
+    return through_switchover(lambda _retried: action())
+
+
+def new_token() -> str:
+    """A delivery's own token, written by its claim (:func:`claim`)."""
+    return uuid.uuid4().hex
 
 
 def message_header(request: Any, name: str) -> object:
@@ -84,16 +125,30 @@ def is_id(value: object) -> bool:
 EARLY_WAIT_LIMIT = 5.0
 
 
-def claim(run_id: int, task_id: str, attempt: int, result_id: str = "") -> JobRun | None:
+def claim(
+    run_id: int,
+    task_id: str,
+    attempt: int,
+    result_id: str = "",
+    token: str = "",
+    retried: bool = False,
+) -> JobRun | None:
     """Take the run for this delivery (one delivery can win); stamps are database time.
 
     The claim only takes a run that is due: a message early by up to ``EARLY_WAIT_LIMIT``
     waits for it; an earlier one is acknowledged without running (``run.early_message``).
+    ``token`` is this delivery's own: a claim ``retried`` after its answer was lost finds the
+    run it claimed then by it.
     """
     for _ in range(3):
-        run = claim_run(run_id, task_id, attempt, worker_name(), result_id)
+        run = claim_run(run_id, task_id, attempt, worker_name(), result_id, token)
         if run is not None:
             return run
+        if retried and token:
+            mine = claimed_by(run_id, attempt, token)
+            if mine is not None:
+                logger.warning("run.claim_recovered run=%s attempt=%s", run_id, attempt)
+                return mine
         wait = seconds_until_due(run_id, task_id, attempt)
         if wait is None:
             return None

@@ -58,7 +58,8 @@ from .claim import (
     count_duplicate,
     is_id,
     message_header,
-    with_fresh_connection,
+    new_token,
+    through_switchover,
     worker_name,
 )
 from .heartbeat import RunHeartbeat
@@ -143,8 +144,11 @@ def take(run_id: int, task_id: str, attempt: int, result_id: str = "") -> JobRun
     """Claim the run for this delivery; None (logged and counted) if another copy has it.
     ``result_id``: the execution backend's own id of this attempt's result, kept on the run."""
     claiming = time.perf_counter()
+    token = new_token()
     try:
-        run = with_fresh_connection(lambda: claim(run_id, task_id, attempt, result_id))
+        run = through_switchover(
+            lambda retried: claim(run_id, task_id, attempt, result_id, token, retried)
+        )
     except EarlyMessage:
         return None
     if run is None:

@@ -86,9 +86,10 @@ class Outcome:
 
 
 def record(delivery: Delivery, run: JobRun, timer: RunTimer, outcome: Outcome) -> str | None:
-    """Write the outcome (reconnecting once if the connection broke); the status written, or
-    None if the run was no longer this attempt's to finish (declared lost meanwhile). A soft
-    time limit that fires while this writes does not change what happened: the write is made
+    """Write the outcome (through a database switchover: tried again on a fresh connection,
+    a try whose answer was lost recognised by the claim's token); the status written, or None
+    if the run was no longer this attempt's to finish (declared lost meanwhile). A soft time
+    limit that fires while this writes does not change what happened: the write is made
     again."""
     record = functools.partial(_record_once, delivery, run, timer, outcome)
     try:
@@ -117,7 +118,7 @@ def _finish(run: JobRun, timer: RunTimer, label: str = "", **fields: Any) -> boo
     """
     duration = timer.elapsed()
     fields.setdefault("duration", duration)
-    updated = finish_run(run.pk, run.attempt, fields)
+    updated = finish_run(run.pk, run.attempt, fields, getattr(run, "claim_token", ""))
     for name, value in fields.items():
         setattr(run, name, value)
     run.finished_at = timer.started_at + duration
