@@ -8,7 +8,9 @@ server on ``port``. A test points one process at the link instead of the server,
 * :meth:`silence` — packets are lost: connections stay open, and whatever is sent waits in the
   link (as TCP would retransmit it) until :meth:`heal`; new connections are accepted and hear
   nothing;
-* :meth:`heal` — traffic flows again, held bytes first.
+* :meth:`heal` — traffic flows again, held bytes first;
+* :meth:`retarget` — new connections go to another server, those open stay where they are (a
+  failover behind a proxy or a DNS name: the old primary's sessions outlive the switch).
 
 Only the processes pointed at the link are cut off; everything else reaches the server directly.
 """
@@ -68,6 +70,11 @@ class FaultyLink:
             self.mode = PASS
             self._changed.notify_all()
 
+    def retarget(self, port: int, host: str = "127.0.0.1") -> None:
+        """Send new connections to ``(host, port)``; open ones keep their server."""
+        with self._changed:
+            self.target = (host, port)
+
     def close(self) -> None:
         self._closed = True
         self.refuse()
@@ -88,8 +95,10 @@ class FaultyLink:
                 client, _ = listener.accept()
             except OSError:  # the listener was closed: refused, or the link closed
                 return
+            with self._changed:
+                target = self.target
             try:
-                upstream = socket.create_connection(self.target, timeout=10)
+                upstream = socket.create_connection(target, timeout=10)
             except OSError:
                 _reset(client)
                 continue

@@ -1,0 +1,160 @@
+"""Through the database's own failover, with real processes (issue 45): a primary and its
+synchronous streaming standby, throwaway servers of the test's own, behind a proxy that sends new
+connections wherever the primary is now (as an RDS endpoint, a Patroni HAProxy or a DNS name
+does); two schedulers and a Celery worker connect through it.
+
+* **Demoted without a disconnect**: the primary turns read-only while its sessions stay open,
+  the standby is promoted, new connections go to it. Every process must take the read-only
+  server for a dead connection and reconnect.
+* **Killed and promoted**: the primary dies (SIGKILL-like immediate stop), the standby is
+  promoted; no acknowledged commit is lost (synchronous replication).
+
+The witness is the Celery worker's own log (what it received and what succeeded), not the
+database: 0 slots executed twice, 0 slots never run, and dispatch resumes within the failover
+plus a lease TTL (printed; asserted with room for a loaded machine).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from collections import Counter
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from django.db import connection
+
+from tests.support.cluster import TTL
+from tests.support.netfault import url_through
+from tests.support.pgserver import PostgresServer, PostgresUnavailable, find_bin
+from tests.support.waiting import wait_for
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(420)]
+
+SUCCEEDED = re.compile(
+    r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}).*Task tests\.add\[([\w-]+)\] succeeded"
+)
+STAMP = re.compile(r"cron-(\d+)-(\d{8}T\d{6})Z")
+
+
+@pytest.fixture
+def pair():
+    """A primary with a database ``dcc`` and its synchronous streaming standby."""
+    if connection.vendor != "postgresql":
+        pytest.skip("a PostgreSQL failover: tested where the suite runs on PostgreSQL")
+    try:
+        find_bin()
+    except PostgresUnavailable as exc:
+        pytest.skip(str(exc))
+    primary = PostgresServer().start()
+    standby = None
+    try:
+        primary.sql("CREATE DATABASE dcc")
+        standby = PostgresServer.standby_of(primary, synchronous=True).start()
+        yield primary, standby
+    finally:
+        for server in (standby, primary):
+            if server is not None:
+                server.close()
+
+
+def run_django(env: dict[str, str], *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, *args], env=env, capture_output=True, text=True, timeout=180
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def slot_of(task_id: str) -> datetime:
+    found = STAMP.fullmatch(task_id)
+    assert found is not None, task_id
+    return datetime.strptime(found.group(2), "%Y%m%dT%H%M%S").replace(tzinfo=timezone.utc)
+
+
+def successes(log: str) -> list[tuple[datetime, str]]:
+    """(when the worker logged it, task id) of each success in a worker's log."""
+    found = []
+    for day, millis, task_id in SUCCEEDED.findall(log):
+        logged = datetime.strptime(day, "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc)
+        found.append((logged + timedelta(milliseconds=int(millis)), task_id))
+    return found
+
+
+@pytest.mark.parametrize("lease_kind", ["redis", "database"])
+@pytest.mark.parametrize("fault", ["demoted", "killed"])
+def test_the_cluster_goes_on_through_a_failover_of_its_database(cluster, links, pair, fault):
+    primary, standby = pair
+    link = links(f"postgres://postgres@127.0.0.1:{primary.port}/dcc")
+    cluster.env["DATABASE_URL"] = url_through("postgres://postgres@x:1/dcc", link)
+    # The worker logs in UTC, as the slots are named.
+    cluster.env["TZ"] = "UTC"
+    run_django(cluster.env, "-m", "django", "migrate", "-v", "0")
+    job_id = run_django(
+        cluster.env,
+        "-c",
+        "import django; django.setup()\n"
+        "from tests.support.cluster import every_second_job\n"
+        "print(every_second_job('failover', task='tests.add').pk)",
+    ).strip()
+    cluster.worker("w")
+    cluster.wait_ready("w")
+    for node in ("a", "b"):
+        cluster.start(node)
+
+    def succeeded() -> list[tuple[datetime, str]]:
+        return [(at, t) for at, t in successes(cluster.log("w")) if t.startswith(f"cron-{job_id}-")]
+
+    wait_for(lambda: len(succeeded()) >= 5, 90, "five runs before the failover")
+
+    # The failover.
+    if fault == "demoted":
+        primary.refuse_writes()  # its sessions stay open and answer reads
+        standby.wait_replayed(primary.wal_lsn())
+    else:
+        primary.stop("immediate")  # every session ends; synchronous: no commit is lost
+    started = time.monotonic()
+    standby.promote()
+    link.retarget(standby.port)
+    failover = time.monotonic() - started
+    switched = datetime.now(timezone.utc)
+
+    # Dispatch resumes: runs of slots after the switch succeed.
+    wait_for(
+        lambda: sum(slot_of(t) > switched for _at, t in succeeded()) >= 5,
+        120,
+        "five runs of slots after the failover",
+        detail=lambda: "\n".join(f"--- {n}\n{cluster.log(n)[-4000:]}" for n in cluster.procs),
+    )
+    resumed = min(at for at, t in succeeded() if at > switched)
+    stood_still = (resumed - switched).total_seconds()
+    print(
+        f"{fault}, {cluster.lease_kind} lease: promote and switch {failover:.2f} s, first run "
+        f"after it {stood_still:.2f} s (TTL {TTL:g} s)"
+    )
+    # Catch-up: every slot of the outage too (catch-up 'all').
+    last = switched + timedelta(seconds=3)
+    wait_for(
+        lambda: {slot_of(t) for _at, t in succeeded()} >= expected(succeeded(), last),
+        90,
+        "every slot up to a few seconds after the failover to succeed",
+    )
+    cluster.stop_all()
+
+    runs = Counter(t for _at, t in succeeded())
+    twice = sorted(t for t, n in runs.items() if n > 1)
+    assert not twice, f"executed twice: {twice}"
+    missing = expected(succeeded(), last) - {slot_of(t) for t in runs}
+    assert not missing, f"slots never run: {sorted(missing)}"
+    assert stood_still <= failover + TTL + 10, stood_still  # the room: a loaded 2-core machine
+    for node in ("a", "b"):
+        assert "Traceback" not in cluster.log(node), cluster.log(node)[-4000:]
+
+
+def expected(succeeded: list[tuple[datetime, str]], last: datetime) -> set[datetime]:
+    """Every second from the first slot run up to ``last``."""
+    first = min(slot_of(t) for _at, t in succeeded)
+    count = int((last - first).total_seconds()) + 1
+    return {first + timedelta(seconds=k) for k in range(count)}
