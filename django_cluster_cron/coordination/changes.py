@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from django.db import DatabaseError, connections, router
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from ..dbconn import check_writable
+
 if TYPE_CHECKING:  # redis-py is imported only where the Redis lease is used
     from ..leases.redis import RedisBackend
 
@@ -185,7 +187,10 @@ class PollingSleeper:
 class PostgresListener:
     """``LISTEN`` on a connection of its own; woken by ``NOTIFY`` from any host's save.
 
-    Falls back to :class:`PollingSleeper`'s behaviour while the connection is down.
+    Falls back to :class:`PollingSleeper`'s behaviour while the connection is down, and listens
+    again on a new one at its next wait: after the connection broke (the server ended it), or
+    after :meth:`close` (the scheduler closes it with its other connections after a database
+    error, so that a failover does not leave it listening to the old server).
     """
 
     def __init__(self, alias: str, poll_interval: float) -> None:
@@ -198,8 +203,16 @@ class PostgresListener:
             wrapper = connections.create_connection(self.alias)
             wrapper.ensure_connection()
             wrapper.set_autocommit(True)
-            with wrapper.cursor() as cursor:
-                cursor.execute(f"LISTEN {CHANNEL}")
+            try:
+                # Changes are announced on the server that takes writes: a primary demoted by
+                # a failover would hear none of them (its LISTEN works).
+                check_writable(wrapper)
+                with wrapper.cursor() as cursor:
+                    cursor.execute(f"LISTEN {CHANNEL}")
+            except Exception:
+                with contextlib.suppress(Exception):
+                    wrapper.close()
+                raise
             self._wrapper = wrapper
         return self._wrapper.connection
 

@@ -283,6 +283,10 @@ class Scheduler:
             return self.poll_interval
         except DatabaseError as exc:
             _reset_connections()
+            # The change channel too: after a failover its connection may still listen to the
+            # old server, where no change is ever announced again (it re-subscribes at its next
+            # wait, and polls while it cannot).
+            self.sleeper.close()
             backoff = self.health.down("db", exc)
             if self.is_leader and read_only_error(exc):
                 # A server that answers but refuses writes (a primary demoted by a failover):

@@ -11,6 +11,7 @@ processes: tests/cluster/test_failover_processes.py.
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 
 import pytest
@@ -176,3 +177,74 @@ def test_a_leader_whose_connection_reaches_a_read_only_server_steps_down_and_rec
     scheduler.step()
     assert scheduler.is_leader
     assert (scheduler.epoch or 0) > (first or 0)
+
+
+# -- the change channel ------------------------------------------------------------------------
+
+
+def needs_postgres() -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("only PostgreSQL has a change channel (LISTEN/NOTIFY)")
+
+
+def woken(listener, timeout: float = 20) -> bool:
+    """Whether a change published now and again wakes ``listener`` within ``timeout``."""
+    from django_cluster_cron.coordination.changes import DatabaseChanges
+
+    stop = threading.Event()
+
+    def publish_until_stopped() -> None:
+        while not stop.wait(0.2):
+            DatabaseChanges().publish("test")
+
+    publisher = threading.Thread(target=publish_until_stopped, daemon=True)
+    publisher.start()
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if listener.wait(0.5, threading.Event()):
+                return True
+        return False
+    finally:
+        stop.set()
+        publisher.join(5)
+
+
+def test_the_change_channel_listens_again_after_its_connection_is_killed():
+    needs_postgres()
+    from django_cluster_cron.coordination.changes import CHANNEL, PostgresListener
+
+    listener = PostgresListener("default", poll_interval=0.2)
+    try:
+        assert woken(listener)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = %s",
+                [f"LISTEN {CHANNEL}"],
+            )
+            assert cursor.fetchone() is not None
+        assert woken(listener)
+    finally:
+        listener.close()
+
+
+def test_the_change_channel_never_listens_on_a_server_that_refuses_writes():
+    """Changes are announced where writes go: a listener on a demoted primary would wait for
+    nothing. It polls instead, and listens once a connection reaches a writable server."""
+    needs_postgres()
+    from django_cluster_cron.coordination.changes import PostgresListener
+
+    name = connection.settings_dict["NAME"]
+    listener = PostgresListener("default", poll_interval=0.2)
+    with connection.cursor() as cursor:
+        cursor.execute(f'ALTER DATABASE "{name}" SET default_transaction_read_only = on')
+    try:
+        assert not listener.wait(0.5, threading.Event())
+        assert listener._wrapper is None  # it did not listen there
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f'ALTER DATABASE "{name}" RESET default_transaction_read_only')
+    try:
+        assert woken(listener)
+    finally:
+        listener.close()
