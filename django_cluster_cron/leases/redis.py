@@ -30,6 +30,7 @@ import inspect
 import logging
 import math
 import threading
+import time
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -146,6 +147,30 @@ def _scripts_for(client: redis.Redis) -> _Scripts:
         return scripts
 
 
+# How long a lease write waits for a replica to acknowledge it (milliseconds), and how often a
+# process looks again at whether its Redis has replicas (seconds).
+REPLICA_WAIT_MS = 100
+REPLICAS_RECHECK = 60.0
+_replicas: weakref.WeakKeyDictionary[Any, tuple[float, bool]] = weakref.WeakKeyDictionary()
+
+
+def has_replicas(client: redis.Redis) -> bool:
+    """Whether ``client``'s Redis has a replica connected (``INFO replication``), looked up at
+    most every REPLICAS_RECHECK seconds; False when it cannot be told."""
+    now = time.monotonic()
+    pool = client.connection_pool
+    found = _replicas.get(pool)
+    if found is not None and now - found[0] < REPLICAS_RECHECK:
+        return found[1]
+    try:
+        info = client.info("replication")
+        replicas = int(info.get("connected_slaves", 0)) > 0 and info.get("role") == "master"
+    except Exception:  # an old or restricted Redis: no waiting
+        replicas = False
+    _replicas[pool] = (now, replicas)
+    return replicas
+
+
 class RedisLease:
     """A Redis lease owned by one process, identified by a fresh owner token.
 
@@ -177,6 +202,8 @@ class RedisLease:
         """
         with self.redis_errors():
             result = self._scripts.acquire(keys=[self.key], args=[self.token, self._ttl_ms])
+        if result:
+            self._replicated()
         return bool(result)
 
     def renew(self, ttl: float | None = None) -> bool:
@@ -188,7 +215,24 @@ class RedisLease:
         ttl_ms = self._ttl_ms if ttl is None else max(1, round(ttl * 1000))
         with self.redis_errors():
             result = self._scripts.renew(keys=[self.key], args=[self.token, ttl_ms])
+        if result:
+            self._replicated()
         return bool(result)
+
+    def _replicated(self) -> None:
+        """Where this Redis has replicas, wait (briefly) for one to have the lease's write: a
+        replica promoted by a failover then holds the key more often, instead of handing the
+        lease to a second node while the first still leads (the epoch fences the writes either
+        way). Bounded: a replica that does not answer delays nothing much."""
+        if not has_replicas(self.client):
+            return
+        try:
+            acknowledged = self.client.wait(1, REPLICA_WAIT_MS)
+        except Exception as exc:  # a statistic of safety, not a condition of the lease
+            logger.debug("lease.replica_wait_failed key=%s error=%s", self.key, exc)
+            return
+        if not acknowledged:
+            logger.info("lease.not_replicated key=%s wait_ms=%s", self.key, REPLICA_WAIT_MS)
 
     def release(self) -> bool:
         """Delete the lease if it is ours (never another holder's); True if we deleted it."""

@@ -85,6 +85,7 @@ class SchedulerMetrics:
     leader: Any
     lease_epoch: Any
     lease_renewals: Any
+    lease_lost: Any
     ticks: Any
     slots: Any
     publish_latency: Any
@@ -114,6 +115,12 @@ class SchedulerMetrics:
             "Lease renewals by the leader, by result: ok, lost (taken or expired), failed "
             "(backend unreachable).",
             ["result"],
+        )
+        self.lease_lost = Counter(
+            "cluster_cron_lease_lost",
+            "Leases a leader found no longer its own at a renewal, by reason: taken (another "
+            "node holds it) or gone (expired, or lost when its store failed over).",
+            ["reason"],
         )
         self.ticks = Counter("cluster_cron_ticks", "Passes of the scheduler loop.")
         self.slots = Counter(

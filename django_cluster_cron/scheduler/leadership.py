@@ -198,12 +198,26 @@ class Term:
         self.health.up(self.dependency)
         if not renewed:
             metrics.get().lease_renewals.labels(result="lost").inc()
-            self.step_down("lease taken or expired")
+            kind, reason = self._lost_reason()
+            metrics.get().lease_lost.labels(reason=kind).inc()
+            self.step_down(reason)
             return False
         metrics.get().lease_renewals.labels(result="ok").inc()
         self.valid_until = started + self.lease.ttl
         self.renew_at = started + self.renew_interval
         return True
+
+    def _lost_reason(self) -> tuple[str, str]:
+        """Why a renewal found the lease not ours, as a metric's label and in words: another
+        node holds it (``taken``), or it is ``gone`` (it expired, or it was lost: a Redis
+        replica promoted without it)."""
+        try:
+            holder = self.lease.holder()
+        except LeaseUnavailable:
+            holder = None
+        if holder:
+            return "taken", f"taken by {node_of(holder)}"
+        return "gone", "gone: it expired, or it was lost (a Redis failover to a replica without it)"
 
     def is_fresh(self) -> bool:
         # Stop writing well before the TTL runs out if renewals are late (a long batch, a GC

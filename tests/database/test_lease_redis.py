@@ -216,3 +216,60 @@ def test_without_a_socket_timeout_in_the_cache_the_lease_bounds_its_own_waits(
     assert "socket_keepalive" not in bounded(unix).connection_pool.connection_kwargs
     given = redis_py.Redis.from_url(redis_url, socket_timeout=3)
     assert bounded(given) is given
+
+
+# -- a Redis with replicas, and a key lost in its failover (issue 45) ---------------------------
+
+
+@pytest.fixture
+def replica_of(throwaway_redis: Any) -> Iterator[Any]:
+    """A replica of ``throwaway_redis``, its link up."""
+    from tests.conftest import devredis
+
+    replica = devredis.RedisServer(
+        extra_args=["--replicaof", "127.0.0.1", str(throwaway_redis.port)]
+    ).start()
+    client = redis.Redis.from_url(replica.url, socket_timeout=2)
+    try:
+        wait_for(
+            lambda: client.info("replication").get("master_link_status") == "up",
+            30,
+            "the replica's link to its master",
+        )
+        yield replica
+    finally:
+        client.close()
+        replica.stop()
+
+
+def waits_issued(client: redis.Redis) -> int:
+    return int(client.info("commandstats").get("cmdstat_wait", {}).get("calls", 0))
+
+
+def test_a_lease_write_waits_for_a_replica_where_the_redis_has_one(
+    throwaway_redis: Any, replica_of: Any
+) -> None:
+    """So that a replica promoted by a failover holds the key more often (Redis replicates
+    asynchronously: without WAIT a promote can lose a lease write that was acknowledged)."""
+    client = redis.Redis.from_url(throwaway_redis.url, socket_timeout=2)
+    replica = redis.Redis.from_url(replica_of.url, socket_timeout=2)
+    try:
+        lease = RedisLease(client, KEY, "node-a", ttl=5)
+        assert lease.try_acquire() is True
+        assert lease.renew() is True
+        assert waits_issued(client) == 2
+        assert replica.get(KEY) == lease.token.encode()
+    finally:
+        client.close()
+        replica.close()
+
+
+def test_a_redis_without_replicas_is_not_asked_to_wait(throwaway_redis: Any) -> None:
+    client = redis.Redis.from_url(throwaway_redis.url, socket_timeout=2)
+    try:
+        lease = RedisLease(client, KEY, "node-a", ttl=5)
+        assert lease.try_acquire() is True
+        assert lease.renew() is True
+        assert waits_issued(client) == 0
+    finally:
+        client.close()

@@ -248,3 +248,31 @@ def test_the_change_channel_never_listens_on_a_server_that_refuses_writes():
         assert woken(listener)
     finally:
         listener.close()
+
+
+def test_a_redis_lease_key_lost_under_its_leader_is_logged_and_counted_with_why(
+    make_scheduler, redis_client, caplog
+):
+    """A Redis replica promoted without the key (Jepsen: acknowledged writes lost): the leader's
+    next renewal finds it gone, steps down saying so, and the loss is counted by reason; nothing
+    crashes, and the next pass leads again."""
+    from prometheus_client import REGISTRY
+
+    from django_cluster_cron.conf import app_settings
+
+    def lost(reason: str) -> float:
+        return REGISTRY.get_sample_value("cluster_cron_lease_lost_total", {"reason": reason}) or 0
+
+    before = lost("gone")
+    scheduler = make_scheduler("node-a", Clock(database_now()))
+    scheduler.step()
+    assert scheduler.is_leader
+    redis_client.delete(f"{app_settings.KEY_PREFIX}:leader")
+    scheduler.term.renew_at = 0.0
+    scheduler.step()
+    assert not scheduler.is_leader
+    assert "lease.lost node=node-a" in caplog.text
+    assert "reason=gone: it expired, or it was lost" in caplog.text
+    assert lost("gone") - before == 1
+    scheduler.step()
+    assert scheduler.is_leader
