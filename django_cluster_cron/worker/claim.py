@@ -61,14 +61,14 @@ def connection_lost(exc: BaseException) -> bool:
     return isinstance(exc, (InterfaceError, OperationalError)) or read_only_error(exc)
 
 
-def through_switchover(action: Callable[[bool], T]) -> T:
+def through_switchover(action: Callable[[bool], T], budget: float = SWITCHOVER_BUDGET) -> T:
     """Run a ledger write, ``action(retried)``. While its connection breaks or reaches a server
     that refuses writes, close it and try again on a fresh one (to whatever the address names
-    now), with waits that double, for up to SWITCHOVER_BUDGET: a switchover takes a moment,
+    now), with waits that double, for up to ``budget`` seconds: a switchover takes a moment,
     and a run left 'running' without its record would be declared lost. The writes are
     conditional and carry the delivery's token, so a try whose answer was lost after it
     committed is recognised by the next (``retried`` is then True)."""
-    deadline = time.monotonic() + SWITCHOVER_BUDGET
+    deadline = time.monotonic() + budget
     delay = RETRY_FIRST
     retried = False
     while True:
@@ -90,10 +90,15 @@ def through_switchover(action: Callable[[bool], T]) -> T:
             retried = True
 
 
-def with_fresh_connection(action: Callable[[], T]) -> T:
+# Where a wait would hold up more than one run (Celery's main process records a revoked or an
+# unknown task's run from a signal handler): one quick try more, then the outbox's turn.
+QUICK_BUDGET = 1.0
+
+
+def with_fresh_connection(action: Callable[[], T], budget: float = SWITCHOVER_BUDGET) -> T:
     """:func:`through_switchover` for a write that needs no token to be retried (it is
     conditional on a state only its first try leaves)."""
-    return through_switchover(lambda _retried: action())
+    return through_switchover(lambda _retried: action(), budget)
 
 
 def new_token() -> str:

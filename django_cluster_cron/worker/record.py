@@ -31,7 +31,7 @@ from ..ledger.transitions import record_discarded, record_unrunnable
 from ..models import JobRun, RunStatus
 from ..ops import metrics
 from ..redaction import redact
-from .claim import is_id, with_fresh_connection, worker_name
+from .claim import QUICK_BUDGET, is_id, with_fresh_connection, worker_name
 
 logger = logging.getLogger("django_cluster_cron.worker")
 
@@ -276,7 +276,8 @@ def on_revoked(
         status = with_fresh_connection(
             lambda: record_discarded(
                 run_id, str(task_id), attempt, terminated=terminated, expired=expired, signum=signum
-            )
+            ),
+            QUICK_BUDGET,  # Celery's main process: every other message waits meanwhile
         )
     except Exception as exc:  # the message is gone either way; the outbox may send it again
         logger.error("run.revoke_not_recorded run=%s error=%s", run_id, exc)
@@ -297,7 +298,9 @@ def on_unknown(named: tuple[object, object], task_id: str, name: str) -> None:
     assert isinstance(attempt, int)
     error = f"task {name!r} is not registered on worker {worker_name()}"
     try:
-        failed = with_fresh_connection(lambda: record_unrunnable(run_id, task_id, attempt, error))
+        failed = with_fresh_connection(
+            lambda: record_unrunnable(run_id, task_id, attempt, error), QUICK_BUDGET
+        )
     except Exception as exc:  # the outbox sends a queued run again
         logger.error("run.unknown_not_recorded run=%s error=%s", run_id, exc)
         return
