@@ -48,14 +48,7 @@ from ..dbconn import close_own_connection, own_connection
 from ..dbtime import DbNow
 from ..models import WAITING_STATUSES, JobDefinition, JobRun, RunStatus
 
-__all__ = [
-    "CLAIMABLE",
-    "claim_run",
-    "claimed_by",
-    "finish_run",
-    "outcome_of",
-    "seconds_until_due",
-]
+__all__ = ["CLAIMABLE", "claim_run", "claimed_by", "finish_run", "outcome_of", "seconds_until_due"]
 
 psycopg: Any
 try:  # psycopg 3: the statements can be prepared (Django also runs on psycopg2)
@@ -178,17 +171,6 @@ class _Statements:
             f" AND ({column('due_at')} IS NULL OR {column('due_at')} <= {now})"
         )
         join = quote(_column_name(cast("Field[Any, Any]", JobDefinition._meta.pk)))
-        # The run as this delivery claimed it: a claim retried after its answer was lost.
-        self.owned_sql = (
-            f"SELECT {self.run.sql}, {self.job.sql} FROM {run_table} INNER JOIN {job_table}"
-            f" ON ({job_table}.{join} = {column('job')}) WHERE {column('id')} = %s"
-            f" AND {column('status')} = %s AND {column('attempt')} = %s"
-            f" AND {column('claim_token')} = %s"
-        )
-        self.outcome_sql = (
-            f"SELECT {column('status')}, {column('attempt')} FROM {run_table}"
-            f" WHERE {column('id')} = %s AND {column('claim_token')} = %s"
-        )
         if self.vendor == "postgresql":
             self.claim_sql = (
                 f"UPDATE {run_table} SET {assignments} FROM {job_table} WHERE {match}"
@@ -215,16 +197,8 @@ class _Statements:
         result_id: str = "",
         token: str = "",
     ) -> JobRun | None:
-        params: list[Any] = [
-            str(RunStatus.RUNNING),
-            worker,
-            result_id,
-            token,
-            run_id,
-            task_id,
-            attempt,
-        ]
-        params += [str(status) for status in CLAIMABLE]
+        params: list[Any] = [str(RunStatus.RUNNING), worker, result_id, token]
+        params += [run_id, task_id, attempt, *(str(status) for status in CLAIMABLE)]
         with _cursor(connection, self.claim_sql) as cursor:
             _execute(cursor, self.claim_sql, params)
             if self.select_sql:
@@ -234,28 +208,6 @@ class _Statements:
             row = cursor.fetchone()
         if row is None:
             return None
-        return self._build(row, connection)
-
-    def owned(
-        self, connection: BaseDatabaseWrapper, run_id: int, attempt: int, token: str
-    ) -> JobRun | None:
-        """The run if this delivery (``token``) claimed it at ``attempt`` and it still runs."""
-        params = [run_id, str(RunStatus.RUNNING), attempt, token]
-        with connection.cursor() as cursor:
-            cursor.execute(self.owned_sql, params)
-            row = cursor.fetchone()
-        return None if row is None else self._build(row, connection)
-
-    def outcome(
-        self, connection: BaseDatabaseWrapper, run_id: int, token: str
-    ) -> tuple[str, int] | None:
-        """The status and attempt of the run this delivery (``token``) claimed, or None."""
-        with connection.cursor() as cursor:
-            cursor.execute(self.outcome_sql, [run_id, token])
-            row = cursor.fetchone()
-        return None if row is None else (str(row[0]), int(row[1]))
-
-    def _build(self, row: Sequence[Any], connection: BaseDatabaseWrapper) -> JobRun:
         split = len(self.run.fields)
         run: JobRun = self.run.build(row[:split], connection)
         job = self.job.build(row[split:], connection)
@@ -441,16 +393,20 @@ def claim_run(
 def claimed_by(run_id: int, attempt: int, token: str) -> JobRun | None:
     """The run, with its job, if the delivery holding ``token`` claimed it at ``attempt`` and it
     still runs: a claim whose commit reached the database while its answer was lost (the
-    connection broke) is found again by its retry."""
-    connection, statements = _for()
-    return statements.owned(connection, run_id, attempt, token)
+    connection broke) is found again by its retry. (Rare: through the ORM.)"""
+    mine = JobRun.objects.select_related("job").filter(
+        pk=run_id, status=RunStatus.RUNNING, attempt=attempt, claim_token=token
+    )
+    found: JobRun | None = mine.first()
+    return found
 
 
 def outcome_of(run_id: int, token: str) -> tuple[str, int] | None:
     """The status and attempt of the run the delivery holding ``token`` claimed, or None: what a
-    record retried after a lost answer finds if its first try was written."""
-    connection, statements = _for()
-    return statements.outcome(connection, run_id, token)
+    record retried after a lost answer finds if its first try was written. (Rare: the ORM.)"""
+    found = JobRun.objects.filter(pk=run_id, claim_token=token).values_list("status", "attempt")
+    row = found.first()
+    return None if row is None else (str(row[0]), int(row[1]))
 
 
 def seconds_until_due(run_id: int, task_id: str, attempt: int) -> float | None:
@@ -484,4 +440,4 @@ def finish_run(run_id: int, attempt: int, values: Mapping[str, Any], token: str 
     if written or not token:
         return written
     meant = (str(values.get("status")), int(values.get("attempt", attempt)))
-    return 1 if statements.outcome(connection, run_id, token) == meant else 0
+    return 1 if outcome_of(run_id, token) == meant else 0
