@@ -158,3 +158,79 @@ def expected(succeeded: list[tuple[datetime, str]], last: datetime) -> set[datet
     first = min(slot_of(t) for _at, t in succeeded)
     count = int((last - first).total_seconds()) + 1
     return {first + timedelta(seconds=k) for k in range(count)}
+
+
+# -- MariaDB turned read-only --------------------------------------------------------------------
+
+
+@pytest.fixture
+def mariadb():
+    """A MariaDB server of the test's own (``SET GLOBAL read_only`` is server-wide)."""
+    from tests.support import mariadbserver
+
+    if connection.vendor != "mysql":
+        pytest.skip("a MariaDB server's read_only: tested where the suite runs on MySQL/MariaDB")
+    if not mariadbserver.available():
+        pytest.skip("no MariaDB server binaries (Debian package mariadb-server)")
+    server = mariadbserver.MariaDBServer().start()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("lease_kind", ["redis", "database"])
+def test_a_mariadb_turned_read_only_stops_dispatch_without_flapping_and_it_resumes(
+    cluster, mariadb
+):
+    """``SET GLOBAL read_only = 1`` (a demoted MariaDB, an operator's maintenance): the leader's
+    idle query and writes see it, it steps down, no node leads while the server refuses writes
+    (no lease passed around), and once it takes writes again dispatch resumes and catches up."""
+    cluster.env["DATABASE_URL"] = mariadb.url
+    cluster.env["TZ"] = "UTC"
+    # Every slot of the read-only time is run after it (the default cap, 10, would record the
+    # older ones missed: the policy, not a loss).
+    cluster.settings.update({"CATCHUP_CAP": 1000})
+    run_django(cluster.env, "-m", "django", "migrate", "-v", "0")
+    job_id = run_django(
+        cluster.env,
+        "-c",
+        "import django; django.setup()\n"
+        "from tests.support.cluster import every_second_job\n"
+        "print(every_second_job('read-only', task='tests.add').pk)",
+    ).strip()
+    cluster.worker("w")
+    cluster.wait_ready("w")
+    for node in ("a", "b"):
+        cluster.start(node)
+
+    def succeeded() -> list[tuple[datetime, str]]:
+        return [(at, t) for at, t in successes(cluster.log("w")) if t.startswith(f"cron-{job_id}-")]
+
+    def logs() -> str:
+        return str(cluster.log("a") + cluster.log("b"))
+
+    wait_for(lambda: len(succeeded()) >= 5, 90, "five runs before the server turns read-only")
+    mariadb.root("SET GLOBAL read_only = 1")
+    wait_for(lambda: "reason=database read-only" in logs(), 30, "the leader to step down")
+    acquired = logs().count("lease.acquired")
+    # Time itself must pass: while the server refuses writes, nothing may lead.
+    time.sleep(4 * TTL)
+    assert logs().count("lease.acquired") - acquired <= 1, "the lease passed around"
+    mariadb.root("SET GLOBAL read_only = 0")
+    back = datetime.now(timezone.utc)
+    wait_for(
+        lambda: sum(slot_of(t) > back for _at, t in succeeded()) >= 3,
+        60,
+        "runs after the server takes writes again",
+    )
+    last = back + timedelta(seconds=2)
+    wait_for(
+        lambda: {slot_of(t) for _at, t in succeeded()} >= expected(succeeded(), last),
+        90,
+        "every slot of the read-only time caught up",
+    )
+    cluster.stop_all()
+    runs = Counter(t for _at, t in succeeded())
+    assert not [t for t, n in runs.items() if n > 1], "executed twice"
+    assert not expected(succeeded(), last) - {slot_of(t) for t in runs}
