@@ -209,3 +209,43 @@ class ServerReadOnly(Func):
 
     def as_mysql(self, compiler: Any, connection: Any, **extra: Any) -> Any:
         return _READ_ONLY_SQL["mysql"], []
+
+
+# -- which server answers ----------------------------------------------------------------------
+#
+# A failover puts another server behind the same address. What tells one server (or one life of
+# it) from another, per vendor: PostgreSQL's cluster identifier (shared by a primary and the
+# standbys made from it), its timeline (a promote starts a new one) and when the postmaster
+# started; MySQL's/MariaDB's host, port and server id. SQLite has one file: no identity.
+
+_IDENTITY_SQL = {
+    "postgresql": (
+        "SELECT (SELECT system_identifier FROM pg_control_system())::text || '/' || "
+        "CASE WHEN pg_is_in_recovery() THEN 'recovering' "
+        "ELSE substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8) END || '/' || "
+        "pg_postmaster_start_time()::text"
+    ),
+    "mysql": "SELECT CONCAT(@@hostname, ':', @@port, '/', @@server_id)",
+}
+
+
+def server_identity(wrapper: BaseDatabaseWrapper) -> str:
+    """Which server (and which life of it) ``wrapper``'s connection reaches; read once per
+    connection (a connection reaches one server), "" where the vendor has none or the server
+    does not say."""
+    raw = wrapper.connection
+    cached = getattr(wrapper, "_cluster_cron_identity", None)
+    if raw is not None and cached is not None and cached[0] == id(raw):
+        return str(cached[1])
+    sql = _IDENTITY_SQL.get(wrapper.vendor)
+    if sql is None or wrapper.in_atomic_block:  # none, or not now: a failed read would end it
+        return ""
+    try:
+        with wrapper.cursor() as cursor:
+            cursor.execute(sql)
+            row = cursor.fetchone()
+    except DatabaseError:
+        return ""
+    identity = "" if row is None or row[0] is None else str(row[0])
+    wrapper._cluster_cron_identity = (id(wrapper.connection), identity)  # type: ignore[attr-defined]
+    return identity

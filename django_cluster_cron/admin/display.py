@@ -35,6 +35,7 @@ COLOURS: dict[str, str] = {
     RunStatus.MISSED: "#8e24aa",
     RunStatus.SKIPPED: "#9e9e9e",
     RunStatus.CANCELLED: "#5d4037",
+    RunStatus.UNCERTAIN: "#f9a825",
 }
 AHEAD_COLOUR = "#b0bec5"
 RECENT_RUNS = 20

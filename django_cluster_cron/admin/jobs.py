@@ -165,6 +165,7 @@ class JobDefinitionAdmin(JobOperations):
                     "retry_backoff",
                     "retry_backoff_max",
                     "on_worker_lost",
+                    "on_uncertain",
                     "soft_time_limit",
                     "time_limit",
                 )

@@ -48,7 +48,7 @@ from django.db.models import Case, F, Q, Value, When
 from django.db.models.sql.constants import CURSOR
 from django.db.models.sql.subqueries import InsertQuery, UpdateQuery
 
-from ..dbconn import close_own_connection, own_connection, own_wrapper
+from ..dbconn import close_own_connection, own_connection, own_wrapper, server_identity
 from ..dbtime import DbNow, as_utc
 from . import witness
 from .base import LEADER, HeldLease, LeaseUnavailable, OwnedLease, node_of
@@ -182,6 +182,9 @@ class DatabaseLease(OwnedLease):
         super().__init__(name, node_id, ttl)
         # Leadership is taken over early from a holder whose session ended (see the module doc).
         self.witnessed = name == LEADER
+        # Told the row's epoch, last write and the server answering, each time an attempt to
+        # take the lease finds it held (the scheduler keeps the furthest it saw).
+        self.seen: Callable[[int, int, Any, str], object] | None = None
 
     def _run(
         self, what: str, action: Callable[[BaseDatabaseWrapper], T], *, writes: bool = True
@@ -205,11 +208,17 @@ class DatabaseLease(OwnedLease):
             }
             if _update(connection, target, values):
                 return self._held(connection)
-            rows = _select(connection, Q(name=self.name), ["token"])
+            rows = _select(
+                connection, Q(name=self.name), ["token", "epoch", "writes", "last_write_at"]
+            )
             if not rows:
                 _insert_missing(connection, self.name)
                 return bool(_update(connection, target, values)) and self._held(connection)
-            holder = str(rows[0][0])
+            holder, epoch, writes, last_write_at = rows[0]
+            holder = str(holder)
+            if self.seen is not None:
+                written = None if last_write_at is None else as_utc(last_write_at)
+                self.seen(int(epoch), int(writes), written, server_identity(connection))
             if not (self.witnessed and witness.supported(connection)):
                 return False
             if not witness.is_free(connection, witness.name_of(self.name, holder)):

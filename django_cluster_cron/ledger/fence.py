@@ -19,12 +19,14 @@ in-memory lease) or :meth:`Fence.join` (the database lease's acquiring UPDATE bu
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
+from typing import NamedTuple
 
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Value
+from django.db.models.functions import Greatest
 
 from ..dbtime import DbNow
 from ..leases.base import LEADER
@@ -39,31 +41,45 @@ class FencedOut(Exception):
         self.epoch = epoch
 
 
-class Fence:
-    """One leadership term: its ``epoch`` and, once taken through a lease, the lease's token."""
+class Kept(NamedTuple):
+    """The leader row as a new term found it: its epoch and its last write (before the
+    term's own)."""
 
-    def __init__(self, epoch: int, token: str | None = None) -> None:
+    epoch: int
+    writes: int
+    last_write_at: datetime | None
+
+
+class Fence:
+    """One leadership term: its ``epoch`` and, once taken through a lease, the lease's token
+    (and the leader row as the term found it, ``kept``)."""
+
+    def __init__(self, epoch: int, token: str | None = None, kept: Kept | None = None) -> None:
         self.epoch = epoch
         self.token = token
+        self.kept = kept
 
     def __repr__(self) -> str:
         return f"<Fence epoch={self.epoch} token={self.token!r}>"
 
     @classmethod
-    def claim(cls, node_id: str, token: str) -> Fence:
-        """A new term for ``node_id``: increment the epoch and write the holder (the lease
-        backend did not: Redis, memory)."""
+    def claim(cls, node_id: str, token: str, floor: int = 0) -> Fence:
+        """A new term for ``node_id``: increment the epoch (to at least ``floor``) and write the
+        holder (the lease backend did not: Redis, memory)."""
         with transaction.atomic():
             SchedulerLease.objects.get_or_create(name=LEADER)
-            SchedulerLease.objects.filter(name=LEADER).update(
-                epoch=F("epoch") + 1,
+            row = SchedulerLease.objects.filter(name=LEADER)
+            kept = Kept(*row.values_list("epoch", "writes", "last_write_at").get())
+            row.update(
+                epoch=Greatest(F("epoch") + 1, Value(floor)),
+                writes=F("writes") + 1,
+                last_write_at=DbNow(),
                 holder=node_id,
                 token=token,
                 acquired_at=DbNow(),
                 handed_over_at=None,
             )
-            epoch = SchedulerLease.objects.filter(name=LEADER).values_list("epoch", flat=True)
-            return cls(int(epoch.get()), token)
+            return cls(int(row.values_list("epoch", flat=True).get()), token, kept)
 
     def hand_over(self) -> bool:
         """Give this term up in the database (Redis lease): its leader can no longer reach the
@@ -73,31 +89,44 @@ class Fence:
         return bool(SchedulerLease.objects.filter(**mine).update(handed_over_at=DbNow()))
 
     @staticmethod
-    def handed_over() -> str | None:
+    def handed_over(
+        seen: Callable[[int, int, datetime | None], object] | None = None,
+    ) -> str | None:
         """The lease token of a term its leader gave up with :meth:`hand_over`, if there is one
-        that no newer term replaced."""
-        token = (
-            SchedulerLease.objects.filter(name=LEADER, handed_over_at__isnull=False)
-            .exclude(token="")
-            .values_list("token", flat=True)
+        that no newer term replaced. The row's epoch and last write go to ``seen``: a standby
+        with the Redis lease reads the leader row only here."""
+        row = (
+            SchedulerLease.objects.filter(name=LEADER)
+            .values_list("token", "handed_over_at", "epoch", "writes", "last_write_at")
             .first()
         )
-        return None if token is None else str(token)
+        if row is None:
+            return None
+        token, handed_over_at, epoch, writes, last_write_at = row
+        if seen is not None:
+            seen(int(epoch), int(writes), last_write_at)
+        return str(token) if token and handed_over_at is not None else None
 
     @classmethod
-    def join(cls, token: str) -> Fence | None:
+    def join(cls, token: str, floor: int = 0) -> Fence | None:
         """The term the database lease's acquiring UPDATE gave ``token`` (None if the row no
-        longer holds it). The row is found by writing to it, on the connection the leader's
-        writes will use: a connection left on a server that no longer takes writes (a primary
-        demoted after a failover, still answering reads of what it held) fails here, instead of
-        reading there that the lease is not ours while the lease's own connection took it on the
-        new primary."""
+        longer holds it), its epoch raised to ``floor`` if below. The row is found by writing
+        to it, on the connection the leader's writes will use: a connection left on a server that
+        no longer takes writes (a primary demoted after a failover, still answering reads of what
+        it held) fails here, instead of reading there that the lease is not ours while the
+        lease's own connection took it on the new primary."""
         with transaction.atomic():
             mine = SchedulerLease.objects.filter(name=LEADER, token=token)
-            if not mine.update(last_write_at=DbNow()):
+            if not mine.update(holder=F("holder")):
                 return None
-            epoch = mine.values_list("epoch", flat=True).first()
-        return None if epoch is None else cls(int(epoch), token)
+            kept = Kept(*mine.values_list("epoch", "writes", "last_write_at").get())
+            mine.update(
+                last_write_at=DbNow(),
+                writes=F("writes") + 1,
+                epoch=Greatest(F("epoch"), Value(floor)),
+            )
+            epoch = mine.values_list("epoch", flat=True).get()
+        return cls(int(epoch), token, kept)
 
     @contextmanager
     def transaction(self, now: datetime) -> Iterator[None]:
@@ -106,6 +135,7 @@ class Fence:
         if self.token is not None:
             mine["token"] = self.token
         with transaction.atomic():
-            if not SchedulerLease.objects.filter(**mine).update(last_write_at=now):
+            fenced = SchedulerLease.objects.filter(**mine)
+            if not fenced.update(last_write_at=now, writes=F("writes") + 1):
                 raise FencedOut(self.epoch)
             yield

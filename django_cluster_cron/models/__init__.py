@@ -10,6 +10,7 @@ from .changes import JobChange, JobSync
 from .choices import (
     CatchupPolicy,
     OverlapPolicy,
+    UncertainPolicy,
     WorkerLostPolicy,
     catchup_limits,
     default_catchup_policy,
@@ -61,6 +62,7 @@ __all__ = [
     "RunStatus",
     "RunTrigger",
     "SchedulerLease",
+    "UncertainPolicy",
     "WorkerLostPolicy",
     "catchup_limits",
     "default_catchup_policy",

@@ -27,6 +27,14 @@ class WorkerLostPolicy(models.TextChoices):
     FAIL = "fail", "fail — never run it again (at-most-once)"
 
 
+class UncertainPolicy(models.TextChoices):
+    """What to do with a slot whose fate the ledger lost (the database failed over to a server
+    that had not received its last writes): the run may or may not have executed."""
+
+    SKIP = "skip", "skip — record it uncertain, never run it again (at-most-once)"
+    RUN = "run", "run — run it (again): it may have run before (at-least-once)"
+
+
 def default_catchup_policy() -> str:
     return app_settings.CATCHUP_POLICY
 

@@ -35,6 +35,9 @@ class SchedulerLease(models.Model):
     token = models.CharField(max_length=255, blank=True)
     acquired_at = models.DateTimeField(null=True, blank=True)
     last_write_at = models.DateTimeField(null=True, blank=True)
+    # How many fenced writes the row has seen (the leader row): only grows on one server, so a
+    # node that finds it lower than it saw knows the database lost writes.
+    writes = models.PositiveBigIntegerField(default=0)
     valid_until = models.DateTimeField(
         null=True, blank=True, help_text="Database lease: held until (database time)."
     )

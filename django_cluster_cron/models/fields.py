@@ -23,6 +23,7 @@ DEFINITION_FIELDS = (
     "retry_backoff",
     "retry_backoff_max",
     "on_worker_lost",
+    "on_uncertain",
     "soft_time_limit",
     "time_limit",
     "start_at",

@@ -241,6 +241,14 @@ class JobDefinition(models.Model):
         "next attempt if retries remain (the body may run twice: make it idempotent); 'fail' "
         "records the run failed and never runs it again.",
     )
+    on_uncertain = models.CharField(
+        max_length=8,
+        choices=policies.UncertainPolicy.choices,
+        default=policies.UncertainPolicy.SKIP,
+        help_text="When the database fails over to a server that had not received its last "
+        "writes, a slot of those seconds may have run without the ledger knowing: 'skip' "
+        "records it uncertain and never runs it again; 'run' runs it (it may run twice).",
+    )
     soft_time_limit = models.PositiveIntegerField(
         null=True, blank=True, validators=[MinValueValidator(1)], help_text="Seconds."
     )

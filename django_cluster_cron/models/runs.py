@@ -26,6 +26,9 @@ class RunStatus(models.TextChoices):
     MISSED = "missed"
     SKIPPED = "skipped"
     CANCELLED = "cancelled"
+    # Its fate was lost with the database's last writes (a failover to a server that had not
+    # received them): it may have run. Recorded so by the job's ``on_uncertain = skip``.
+    UNCERTAIN = "uncertain"
 
 
 # A run waits for a worker (pending: recorded, not yet sent; queued: sent; retrying: its next
@@ -40,6 +43,7 @@ FINAL_STATUSES = (
     RunStatus.MISSED,
     RunStatus.SKIPPED,
     RunStatus.CANCELLED,
+    RunStatus.UNCERTAIN,
 )
 
 
@@ -48,6 +52,8 @@ class RunTrigger(models.TextChoices):
     CATCHUP = "catchup"
     MANUAL = "manual"
     BACKFILL = "backfill"
+    # A slot whose fate was lost with the database's last writes, run by ``on_uncertain = run``.
+    UNCERTAIN = "uncertain"
 
 
 # The runs a job's schedule makes (what ``max_runs`` counts), as opposed to an operator's.

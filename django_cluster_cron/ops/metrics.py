@@ -86,6 +86,8 @@ class SchedulerMetrics:
     lease_epoch: Any
     lease_renewals: Any
     lease_lost: Any
+    went_back: Any
+    uncertain: Any
     ticks: Any
     slots: Any
     publish_latency: Any
@@ -121,6 +123,19 @@ class SchedulerMetrics:
             "Leases a leader found no longer its own at a renewal, by reason: taken (another "
             "node holds it) or gone (expired, or lost when its store failed over).",
             ["reason"],
+        )
+        self.went_back = Counter(
+            "cluster_cron_leader_row_went_back",
+            "Terms that found the leader row behind what their node had seen, by cause: "
+            "writes_lost (the database lost acknowledged writes: a lossy failover, a restore) or "
+            "epoch_edited (only the epoch went back).",
+            ["cause"],
+        )
+        self.uncertain = Counter(
+            "cluster_cron_uncertain_slots",
+            "Slots and runs whose fate the database lost, by the job's decision: skip (recorded "
+            "uncertain, not run) or run (run again: it may have run before).",
+            ["decision"],
         )
         self.ticks = Counter("cluster_cron_ticks", "Passes of the scheduler loop.")
         self.slots = Counter(

@@ -39,10 +39,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from datetime import datetime
 
 from django.db import DatabaseError, connection
 
-from ..dbconn import check_writable
+from ..core.uncertain import Horizon, WentBack
+from ..dbconn import check_writable, server_identity
 from ..leases import Lease, LeaseBackend, LeaseUnavailable
 from ..leases.base import node_of
 from ..ledger.fence import Fence
@@ -81,6 +83,7 @@ class Term:
         on_database_error: Callable[[], object],
         reach_database: Callable[[], object] = reach_writable_database,
         reach_broker: Callable[[], object] | None = None,
+        on_went_back: Callable[[WentBack], object] | None = None,
     ) -> None:
         self.node_id = node_id
         self.lease = lease
@@ -93,6 +96,12 @@ class Term:
         self._on_database_error = on_database_error
         self._reach_database = reach_database
         self._reach_broker = reach_broker
+        self._on_went_back = on_went_back
+        # The furthest this node saw the leader row go (its epoch, its last write), to notice a
+        # database that went back (see django_cluster_cron.core.uncertain).
+        self.horizon = Horizon()
+        if hasattr(lease, "seen"):  # the database lease reads the row as it tries it
+            lease.seen = self.horizon.observe
         # After giving the lease up for the broker: how long to leave it to a node that reaches
         # the broker before this one tries again without it (doubles each time, up to a cap).
         self._broker_patience = lease.ttl * BROKER_PATIENCE
@@ -159,11 +168,12 @@ class Term:
         if not acquired:
             return poll_interval
         try:
+            floor = self.horizon.epoch_floor
             if self.backend.fences_in_lease:
                 # The acquiring UPDATE bumped the epoch on the lease's own row.
-                fence = Fence.join(self.lease.token)
+                fence = Fence.join(self.lease.token, floor)
             else:
-                fence = Fence.claim(self.node_id, self.lease.token)
+                fence = Fence.claim(self.node_id, self.lease.token, floor)
         except DatabaseError as exc:
             self._on_database_error()
             self._quiet_release()
@@ -176,7 +186,62 @@ class Term:
         self.renew_at = started + self.renew_interval
         logger.info("lease.acquired node=%s epoch=%s", self.node_id, self.epoch)
         self._show_role()
+        self._judge_row(fence)
         return 0.0
+
+    def seen_in_database(self, epoch: int, writes: int, last_write_at: datetime | None) -> None:
+        """The leader row as a standby read it through the ORM's connection (its look for a
+        handed-over term)."""
+        self.horizon.observe(epoch, writes, last_write_at, server_identity(connection))
+
+    def seen_by_leader(
+        self, epoch: int, writes: int, last_write_at: datetime | None
+    ) -> WentBack | None:
+        """The leader row as this leader's idle query read it. Fewer writes than it saw: the
+        database went back under a term that goes on (a failover the leader's connections
+        followed, its lease still valid there); what was lost, for the caller to decide."""
+        server = server_identity(connection)
+        if writes >= self.horizon.writes:
+            self.horizon.observe(epoch, writes, last_write_at, server)
+            return None
+        went = self.horizon.judge(epoch, writes, last_write_at, server)
+        self.horizon.restart(epoch, writes, server)
+        return None if went is None else self._report(went)
+
+    def _judge_row(self, fence: Fence) -> None:
+        """The leader row as this term found it, against what this node saw: a row behind it
+        means the database lost writes (or was edited); the leader decides the slots whose fate
+        it cannot know before dispatching anything (``on_went_back``)."""
+        if fence.kept is None:
+            return
+        server = server_identity(connection)
+        kept = fence.kept
+        went = self.horizon.judge(kept.epoch, kept.writes, kept.last_write_at, server)
+        # From here on the row as this server has it is the truth (this term writes over it).
+        self.horizon.restart(fence.epoch, kept.writes + 1, server)
+        lost = None if went is None else self._report(went)
+        if lost is not None and self._on_went_back is not None:
+            self._on_went_back(lost)
+
+    def _report(self, went: WentBack) -> WentBack | None:
+        """Log and count what went back; ``went`` if writes were lost (None: the epoch alone)."""
+        logger.error(
+            "lease.went_back node=%s epoch=%s kept_epoch=%s seen_epoch=%s kept_writes=%s "
+            "seen_writes=%s kept_write=%s seen_write=%s server_changed=%s: %s",
+            self.node_id,
+            self.epoch,
+            went.kept_epoch,
+            went.seen_epoch,
+            went.kept_writes,
+            went.seen_writes,
+            _stamp(went.kept_at),
+            _stamp(went.seen_at),
+            went.server_changed,
+            went.cause(),
+        )
+        cause = "writes_lost" if went.writes_lost else "epoch_edited"
+        metrics.get().went_back.labels(cause=cause).inc()
+        return went if went.writes_lost else None
 
     def renewal_due(self) -> bool:
         return time.monotonic() >= self.renew_at
@@ -302,7 +367,7 @@ class Term:
         if self.backend.fences_in_lease:
             return False
         try:
-            token = Fence.handed_over()
+            token = Fence.handed_over(self.seen_in_database)
         except DatabaseError:
             self._on_database_error()
             return False
@@ -328,3 +393,7 @@ class Term:
         found = metrics.get()
         found.leader.labels(node=self.node_id).set(1 if self.is_leader else 0)
         found.lease_epoch.set(self.epoch or 0)
+
+
+def _stamp(at: datetime | None) -> str:
+    return "-" if at is None else at.isoformat(timespec="milliseconds")

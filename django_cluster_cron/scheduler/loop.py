@@ -39,6 +39,7 @@ from django.utils import timezone
 from ..conf import app_settings
 from ..coordination import Coordination, Sleeper, coordination_for
 from ..core.clock import OffsetClock
+from ..core.uncertain import WentBack
 from ..dbconn import ReadOnlyServer, read_only_error
 from ..dispatch import Dispatcher
 from ..leases import Lease, LeaseBackend, get_backend
@@ -52,6 +53,7 @@ from .publishing import Lateness, Publisher
 from .recording import BatchResult, Recorder
 from .reporting import Reporter
 from .sweeps import Sweeps
+from .uncertain import decide_uncertain
 
 logger = logging.getLogger("django_cluster_cron.scheduler")
 
@@ -108,7 +110,9 @@ class Scheduler:
             on_released=lambda: self.coordination.changes.publish("lease:released"),
             on_database_error=_reset_connections,
             reach_broker=getattr(dispatcher, "reach", None),
+            on_went_back=self._went_back,
         )
+        self._uncertain: WentBack | None = None
         self.lateness = Lateness()
         self.publisher = Publisher(
             dispatcher=dispatcher,
@@ -256,6 +260,8 @@ class Scheduler:
         if self.term.renewal_due() and not self.term.renew():
             return 0.0
         try:
+            if self._uncertain is not None:
+                self._settle_uncertain(self._uncertain)
             if self.sender.taking_over:
                 self.sender.take_over()
                 self._return_parked()
@@ -270,6 +276,9 @@ class Scheduler:
             if state is None or not self.term.holds(state.epoch, state.token):
                 self.term.report_epoch_change(None if state is None else state.epoch)
                 raise FencedOut(self.epoch or 0)
+            went = self.term.seen_by_leader(state.epoch, state.writes, state.last_write_at)
+            if went is not None:  # the database went back under this term
+                self._settle_uncertain(went)
             self.last_tick = self.clock()
             next_due = state.next_due
             if next_due is not None and next_due <= self._horizon(self.clock()):
@@ -309,6 +318,24 @@ class Scheduler:
 
     def _term_ended(self) -> None:
         self.sender.forget()
+        self._uncertain = None
+
+    def _went_back(self, went: WentBack) -> None:
+        """The term found the database behind what this node saw: decide the uncertain window's
+        slots before dispatching anything (at the term's first pass)."""
+        self._uncertain = went
+
+    def _settle_uncertain(self, went: WentBack) -> None:
+        self._uncertain = None
+        if self.term.fence is not None:
+            decide_uncertain(
+                went,
+                fence=self.term.fence,
+                now=self.clock(),
+                node_id=self.node_id,
+                ttl=timedelta(seconds=self.lease.ttl),
+                lookahead=self.lookahead,
+            )
 
     # -- recording what is due -------------------------------------------------------------
 

@@ -56,6 +56,8 @@ class IdleState(NamedTuple):
     db_now: datetime
     next_due: datetime | None
     read_only: bool = False  # the server answering refuses writes (a demoted primary)
+    writes: int = 0  # the leader row's count of writes (any term's) and the last one's time
+    last_write_at: datetime | None = None
 
 
 @dataclass
@@ -103,7 +105,9 @@ def _idle_query() -> Any:
         SchedulerLease.objects.filter(name=LEADER)
         .annotate(db_now=DbNow(), next_due=Subquery(first), read_only=ServerReadOnly())
         .order_by()
-        .values_list("epoch", "token", "db_now", "next_due", "read_only")[:1]
+        .values_list(
+            "epoch", "token", "db_now", "next_due", "read_only", "writes", "last_write_at"
+        )[:1]
     )
 
 
@@ -132,13 +136,15 @@ class Recorder:
             row = cursor.fetchone()
         if row is None:
             return None
-        epoch, token, db_now, next_due, read_only = row
+        epoch, token, db_now, next_due, read_only, writes, last_write_at = row
         return IdleState(
             int(epoch),
             str(token),
             as_utc(db_now),
             None if next_due is None else as_utc(next_due),
             bool(read_only),
+            int(writes),
+            None if last_write_at is None else as_utc(last_write_at),
         )
 
     def next_due_at(self) -> datetime | None:

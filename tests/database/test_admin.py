@@ -31,6 +31,7 @@ VALID = {
     "soft_time_limit": "",
     "time_limit": "",
     "on_worker_lost": "retry",
+    "on_uncertain": "skip",
     "start_at_0": "",
     "start_at_1": "",
     "end_at_0": "",
