@@ -70,13 +70,14 @@ class Snapshot:
 
 
 def every_two_seconds(name: str, on_uncertain: str) -> JobDefinition:
-    return job(
+    made: JobDefinition = job(
         name,
         cron=f"* * * * * */{PERIOD}",
         watermark=T0 - PERIOD * S,
         on_uncertain=on_uncertain,
         catchup_policy="all",
     )
+    return made
 
 
 def step_to(scheduler, clock: Clock, until: datetime, *also) -> None:
