@@ -5,13 +5,17 @@ A new leader that finds the leader row behind what it saw
 of one may have been recorded, sent and finished in the seconds the server lost. Before it
 dispatches anything, in one fenced transaction, per enabled job and by its ``on_uncertain``:
 
+Only the slots after a job's watermark (as the server kept it) are in doubt: up to it, every slot
+was decided by writes the server has.
+
 * ``skip`` (at most once): each slot of the window without a row gets one, ``uncertain``; a run
   still waiting up to the window's end, or running in it (its row went back: claimed, run or
   finished in the lost seconds, for all the ledger knows), becomes ``uncertain`` too. None of
   them runs.
 * ``run`` (at least once): each slot without a row is recorded ``pending`` with the trigger
-  ``uncertain`` and sent (the leader's take-over sends it); the waiting runs are sent again as
-  any other (the worker's claim still drops a copy of a run it finds claimed).
+  ``uncertain`` and sent (the leader's take-over sends it); the runs found waiting or running
+  take the trigger ``uncertain`` too and go on as any other (sent again by the outbox, a lost
+  worker's run retried): a slot that runs twice is one the ledger says may.
 
 Operator-made runs (``manual``, ``backfill``) are left as they are. The rows say why.
 """
@@ -41,14 +45,15 @@ SLOTS_PER_JOB = 10_000
 
 @dataclass
 class Settled:
-    """What the window's slots became: recorded uncertain (skip), recorded to run (run), and
-    runs found waiting that became uncertain (skip)."""
+    """What the window's slots became: recorded uncertain (skip), recorded to run (run), runs
+    found waiting that became uncertain (skip) or go on said to be uncertain (run)."""
 
     start: datetime | None = None
     end: datetime | None = None
     skipped: int = 0
     run: int = 0
     withdrawn: int = 0
+    again: int = 0
 
 
 def settle_uncertain(
@@ -76,7 +81,10 @@ def settle_uncertain(
             skip = job.on_uncertain != UncertainPolicy.RUN
             try:
                 schedule, timing = job.schedule, job.timing()
-                slots = timing.slots_after(schedule, start)
+                # Up to its watermark as the server kept it, the job's slots were decided by
+                # writes the server has (a slot without a row there was never to run).
+                decided = job.last_scheduled_at or job.created_at
+                slots = timing.slots_after(schedule, max(start, decided))
                 for _ in range(SLOTS_PER_JOB):
                     slot = next(slots, None)
                     if slot is None or slot > end:
@@ -105,10 +113,14 @@ def settle_uncertain(
         # A run still waiting where the server kept it may have been claimed, run and recorded
         # in the lost seconds however old it is; one running may have finished in them.
         waiting = Q(status__in=WAITING_STATUSES) | Q(status=RunStatus.RUNNING, **in_window)
-        settled.withdrawn = JobRun.objects.filter(
-            waiting,
-            scheduled_for__lte=end,
-            trigger__in=SCHEDULED_TRIGGERS,
-            job__on_uncertain=UncertainPolicy.SKIP,
-        ).update(status=RunStatus.UNCERTAIN, reason=skip_reason[:255], finished_at=now)
+        doubtful = JobRun.objects.filter(
+            waiting, scheduled_for__lte=end, trigger__in=SCHEDULED_TRIGGERS
+        )
+        settled.withdrawn = doubtful.filter(job__on_uncertain=UncertainPolicy.SKIP).update(
+            status=RunStatus.UNCERTAIN, reason=skip_reason[:255], finished_at=now
+        )
+        # run: they go on (sent again, or their lost worker's run retried), said to be uncertain.
+        settled.again = doubtful.filter(job__on_uncertain=UncertainPolicy.RUN).update(
+            trigger=RunTrigger.UNCERTAIN, reason=run_reason[:255]
+        )
     return settled

@@ -29,16 +29,18 @@ def decide_uncertain(
     )
     found = metrics.get().uncertain
     found.labels(decision="skip").inc(settled.skipped + settled.withdrawn)
-    found.labels(decision="run").inc(settled.run)
+    found.labels(decision="run").inc(settled.run + settled.again)
     logger.error(
-        "runs.uncertain node=%s window=%s..%s skipped=%s run=%s withdrawn=%s: the fate of these "
-        "slots was lost with the database's last writes; each job's on_uncertain decided",
+        "runs.uncertain node=%s window=%s..%s skipped=%s run=%s withdrawn=%s again=%s: the fate "
+        "of these slots was lost with the database's last writes; each job's on_uncertain "
+        "decided",
         node_id,
         _stamp(settled.start),
         _stamp(settled.end),
         settled.skipped,
         settled.run,
         settled.withdrawn,
+        settled.again,
     )
     return settled
 

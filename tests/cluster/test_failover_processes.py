@@ -160,6 +160,132 @@ def expected(succeeded: list[tuple[datetime, str]], last: datetime) -> set[datet
     return {first + timedelta(seconds=k) for k in range(count)}
 
 
+# -- a lossy promote --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def lagging_pair():
+    """A primary with a database ``dcc`` and its asynchronous streaming standby."""
+    if connection.vendor != "postgresql":
+        pytest.skip("a PostgreSQL failover: tested where the suite runs on PostgreSQL")
+    try:
+        find_bin()
+    except PostgresUnavailable as exc:
+        pytest.skip(str(exc))
+    primary = PostgresServer().start()
+    standby = None
+    try:
+        primary.sql("CREATE DATABASE dcc")
+        standby = PostgresServer.standby_of(primary).start()
+        yield primary, standby
+    finally:
+        for server in (standby, primary):
+            if server is not None:
+                server.close()
+
+
+def cut_replication(standby: PostgresServer) -> None:
+    """The standby stops receiving the primary's writes (it keeps what it has)."""
+    standby.sql("ALTER SYSTEM SET primary_conninfo = ''")
+    standby.sql("SELECT pg_reload_conf()")
+    wait_for(
+        lambda: not standby.sql("SELECT 1 FROM pg_stat_wal_receiver"),
+        30,
+        "the standby's WAL receiver to stop",
+    )
+
+
+@pytest.mark.parametrize("lease_kind", ["redis", "database"])
+def test_a_lossy_promote_never_runs_a_slot_twice_without_saying_so(cluster, links, lagging_pair):
+    """Replication cut, the primary goes on alone for seconds (runs recorded, sent, executed),
+    then dies and the standby that never received those seconds is promoted. Per job: ``skip``
+    runs no slot twice, and every slot either ran or is recorded ``uncertain``; ``run`` runs
+    every slot, and a slot it ran twice is one it recorded as ``uncertain``. The witness is the
+    worker's log; the ledger of the promoted server says what was decided."""
+    primary, standby = lagging_pair
+    link = links(f"postgres://postgres@127.0.0.1:{primary.port}/dcc")
+    cluster.env["DATABASE_URL"] = url_through("postgres://postgres@x:1/dcc", link)
+    cluster.env["TZ"] = "UTC"
+    run_django(cluster.env, "-m", "django", "migrate", "-v", "0")
+    made = run_django(
+        cluster.env,
+        "-c",
+        "import django; django.setup()\n"
+        "from tests.support.cluster import every_second_job\n"
+        "print(every_second_job('at-most-once', on_uncertain='skip').pk)\n"
+        "print(every_second_job('at-least-once', on_uncertain='run').pk)",
+    ).split()
+    skip_id, run_id = made
+    cluster.worker("w")
+    cluster.wait_ready("w")
+    for node in ("a", "b"):
+        cluster.start(node)
+
+    def succeeded(job_id: str) -> list[str]:
+        return [t for _at, t in successes(cluster.log("w")) if t.startswith(f"cron-{job_id}-")]
+
+    wait_for(lambda: len(succeeded(skip_id)) >= 5, 90, "five runs before the failover")
+    cut_replication(standby)
+    cut = len(succeeded(skip_id))
+    wait_for(lambda: len(succeeded(skip_id)) >= cut + 4, 60, "runs the standby never receives")
+    primary.stop("immediate")
+    standby.promote()
+    link.retarget(standby.port)
+    switched = datetime.now(timezone.utc)
+    for job_id in (skip_id, run_id):
+        wait_for(
+            lambda job_id=job_id: sum(slot_of(t) > switched for t in succeeded(job_id)) >= 5,
+            120,
+            "five runs of slots after the failover",
+            detail=lambda: "\n".join(f"--- {n}\n{cluster.log(n)[-4000:]}" for n in cluster.procs),
+        )
+    cluster.stop_all()
+
+    logs = cluster.log("a") + cluster.log("b")
+    assert "lease.went_back" in logs, logs[-4000:]
+    assert "server_changed=True" in logs
+    ledger = {
+        (str(job), slot): (status, trigger)
+        for job, slot, status, trigger in standby.sql(
+            "SELECT job_id, scheduled_for, status, trigger FROM django_cluster_cron_jobrun",
+            database="dcc",
+        )
+    }
+    last = switched + timedelta(seconds=3)
+    # skip: at most once, and a slot that did not run is recorded uncertain.
+    runs = Counter(succeeded(skip_id))
+    assert not [t for t, n in runs.items() if n > 1], "executed twice"
+    ran = {slot_of(t) for t in runs}
+    uncertain = {
+        slot
+        for (job, slot), (status, _t) in ledger.items()
+        if job == skip_id and status == "uncertain"
+    }
+    assert uncertain, "no slot recorded uncertain"
+    first = min(ran)
+    every = {first + timedelta(seconds=k) for k in range(int((last - first).total_seconds()) + 1)}
+    assert not every - ran - uncertain, (
+        f"neither run nor uncertain: {sorted(every - ran - uncertain)}"
+    )
+    # run: at least once, and twice only where the ledger says uncertain.
+    runs = Counter(succeeded(run_id))
+    ran = {slot_of(t) for t in runs}
+    first = min(ran)
+    every = {first + timedelta(seconds=k) for k in range(int((last - first).total_seconds()) + 1)}
+    assert not every - ran, f"slots never run: {sorted(every - ran)}"
+    twice = {slot_of(t) for t, n in runs.items() if n > 1}
+    said = {
+        slot
+        for (job, slot), (_s, trigger) in ledger.items()
+        if job == run_id and trigger == "uncertain"
+    }
+    assert twice <= said, f"run twice without saying so: {sorted(twice - said)}"
+    print(
+        f"lossy promote, {cluster.lease_kind} lease: {len(uncertain)} slots uncertain (skip), "
+        f"{len(said)} run again as uncertain, {len(twice)} of them ran twice"
+    )
+
+
 # -- MariaDB turned read-only --------------------------------------------------------------------
 
 
