@@ -6,14 +6,8 @@ process, runs the statement again, and every claim and record lands once."""
 from __future__ import annotations
 
 import logging
-import os
-import shutil
-import socket
-import subprocess
-import tempfile
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from django.db import connection, connections
@@ -21,13 +15,8 @@ from django.db import connection, connections
 from django_cluster_cron.dbconn import close_own_connection
 from django_cluster_cron.ledger import statements
 from django_cluster_cron.models import JobRun, RunStatus
-from tests.conftest import devredis
 from tests.support.jobs import make_job, make_run
-from tests.support.waiting import wait_for
-
-PGBOUNCER = shutil.which("pgbouncer") or (
-    "/usr/sbin/pgbouncer" if os.access("/usr/sbin/pgbouncer", os.X_OK) else None
-)
+from tests.support.pgbouncer import PGBOUNCER, pgbouncer
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -38,57 +27,12 @@ pytestmark = [
 ]
 
 
-def _accepts(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-    except OSError:
-        return False
-    return True
-
-
 @pytest.fixture
 def pooler() -> Iterator[int]:
     """A throwaway PgBouncer in transaction mode with one server connection, in front of the
     suite's PostgreSQL; its port."""
-    assert PGBOUNCER is not None
-    settings = connection.settings_dict
-    home = Path(tempfile.mkdtemp(prefix="dcc-pgbouncer-"))
-    home.chmod(0o777)  # PgBouncer refuses root: as root it runs as nobody and writes here
-    port = devredis.free_port()
-    user = settings["USER"] or "postgres"
-    (home / "users.txt").write_text(f'"{user}" ""\n')
-    (home / "pgbouncer.ini").write_text(
-        "[databases]\n"
-        f"* = host={settings['HOST'] or '127.0.0.1'} port={settings['PORT'] or 5432}\n"
-        "[pgbouncer]\n"
-        f"listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n"
-        f"auth_type = trust\nauth_file = {home / 'users.txt'}\n"
-        "pool_mode = transaction\ndefault_pool_size = 1\nmax_client_conn = 20\n"
-        "ignore_startup_parameters = extra_float_digits,options\n"
-        f"logfile = {home / 'pgbouncer.log'}\npidfile = {home / 'pgbouncer.pid'}\n"
-    )
-    for name in ("users.txt", "pgbouncer.ini"):
-        (home / name).chmod(0o644)
-    command = [PGBOUNCER]
-    if os.geteuid() == 0:
-        command += ["-u", "nobody"]
-    process = subprocess.Popen(
-        [*command, str(home / "pgbouncer.ini")],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        wait_for(
-            lambda: _accepts(port) or process.poll() is not None,
-            30,
-            "PgBouncer to listen",
-        )
-        assert process.poll() is None, process.stderr.read() if process.stderr else ""
+    with pgbouncer("transaction", 1) as port:
         yield port
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
-        shutil.rmtree(home, ignore_errors=True)
 
 
 def test_behind_a_pooler_that_loses_prepared_statements_every_claim_and_record_lands_once(
