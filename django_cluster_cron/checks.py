@@ -24,6 +24,7 @@ that declaration out and syncs the others.
 | cluster_cron.W007     | Redis lease: its connections would wait on Redis without bound     |
 | cluster_cron.W008     | the REST API is mounted and no ``TASK_ALLOWLIST`` is set           |
 | cluster_cron.W009     | the Celery app sends or accepts pickle or YAML messages            |
+| cluster_cron.W010     | PostgreSQL is reached through a transaction-mode pooler (PgBouncer) |
 
 W006 and W007 are ordinary checks: ``manage.py check`` shows them, and so does every command that
 runs the checks, ``run_scheduler`` included (a scheduler is where an unbounded wait stops the
@@ -44,7 +45,7 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.core.exceptions import ImproperlyConfigured
 
 from .conf import DEFAULTS, SETTINGS_NAME, app_settings
-from .dbconn import TIMEOUT_OPTIONS
+from .dbconn import TIMEOUT_OPTIONS, behind_transaction_pooler
 from .leases import backend_name, is_django_redis_alias
 
 DJANGO_REDIS_BACKEND = "django_redis.cache.RedisCache"
@@ -370,3 +371,26 @@ def check_serializers(app_configs: Any = None, **kwargs: Any) -> list[CheckMessa
             id="cluster_cron.W009",
         )
     ]
+
+
+@register(Tags.database)
+def check_pooler(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """W010: a database the checks may touch (``check --database``, ``migrate``) is PostgreSQL
+    reached through a transaction-mode pooler, where sessions do not last (what falls back)."""
+    found: list[CheckMessage] = []
+    for alias in databases or ():
+        if behind_transaction_pooler(alias):
+            found.append(
+                Warning(
+                    f"DATABASES[{alias!r}] reaches PostgreSQL through a transaction-mode pooler "
+                    "(PgBouncer): the database lease's session witness and the change channel "
+                    "(LISTEN) cannot work through it. Failover falls back to the lease TTL, and "
+                    "schedulers see job changes at their next poll (POLL_INTERVAL).",
+                    hint="Give the schedulers a DATABASES entry that reaches PostgreSQL directly "
+                    "or through a session-mode pool; the workers and the web may keep the pooler.",
+                    id="cluster_cron.W010",
+                )
+            )
+    return found

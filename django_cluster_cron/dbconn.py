@@ -249,3 +249,51 @@ def server_identity(wrapper: BaseDatabaseWrapper) -> str:
     identity = "" if row is None or row[0] is None else str(row[0])
     wrapper._cluster_cron_identity = (id(wrapper.connection), identity)  # type: ignore[attr-defined]
     return identity
+
+
+# -- a transaction-mode pooler between the app and PostgreSQL ----------------------------------
+#
+# PgBouncer (and its kin) in transaction mode lend a server connection to a client for one
+# transaction only. Whatever lives in a session then belongs to whichever client the pooler lends
+# the connection to next: the lease's session witness (an advisory lock) and the change channel
+# (LISTEN). Two connections of one process that each ask the server for its backend's pid, one
+# after the other, get the same pid only through such a pooler (it lends the connection the first
+# just gave back): without one, two open connections are two server sessions.
+
+POOLER_ROUNDS = 3
+_pooled: dict[str, bool] = {}
+
+
+def behind_transaction_pooler(alias: str) -> bool:
+    """Whether ``alias`` reaches PostgreSQL through a transaction-mode pooler (probed once per
+    process with two short connections of its own; False elsewhere, or if it cannot tell)."""
+    found = _pooled.get(alias)
+    if found is not None:
+        return found
+    if connections[alias].vendor != "postgresql":
+        return False
+    pair = []
+    found = False
+    try:
+        for _ in range(2):
+            wrapper = connections.create_connection(alias)
+            wrapper.settings_dict = with_timeouts(wrapper.settings_dict, wrapper.vendor)
+            pair.append(wrapper)
+        for _ in range(POOLER_ROUNDS):
+            pids = []
+            for wrapper in pair:
+                with wrapper.cursor() as cursor:
+                    cursor.execute("SELECT pg_backend_pid()")
+                    row = cursor.fetchone()
+                pids.append(None if row is None else row[0])
+            if pids[0] is not None and pids[0] == pids[1]:
+                found = True
+                break
+    except DatabaseError:
+        return False  # not now: asked again next time
+    finally:
+        for wrapper in pair:
+            with contextlib.suppress(DatabaseError):
+                wrapper.close()
+    _pooled[alias] = found
+    return found

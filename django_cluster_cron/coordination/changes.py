@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from django.db import DatabaseError, connections, router
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from ..dbconn import check_writable
+from ..dbconn import behind_transaction_pooler, check_writable
 
 if TYPE_CHECKING:  # redis-py is imported only where the Redis lease is used
     from ..leases.redis import RedisBackend
@@ -161,9 +161,19 @@ class DatabaseChanges:
 
     def sleeper(self, poll_interval: float) -> Sleeper:
         alias = _alias()
-        if connections[alias].vendor == "postgresql":
-            return PostgresListener(alias, poll_interval)
-        return PollingSleeper(poll_interval)
+        if connections[alias].vendor != "postgresql":
+            return PollingSleeper(poll_interval)
+        if behind_transaction_pooler(alias):
+            # LISTEN lives in a session: through a transaction-mode pooler it would sit on a
+            # server connection lent to others, and hear nothing meant for this process.
+            logger.warning(
+                "changes.polling reason=pooler: PostgreSQL is reached through a transaction-mode "
+                "pooler, where LISTEN cannot work; job changes are seen at the next poll "
+                "(POLL_INTERVAL %.1fs)",
+                poll_interval,
+            )
+            return PollingSleeper(poll_interval)
+        return PostgresListener(alias, poll_interval)
 
 
 class PollingSleeper:

@@ -16,10 +16,11 @@ The lock never decides anything on its own: the row, its token and the epoch do,
 stale leader's writes are fenced out whatever the lock says). When the lock says nothing useful,
 failover falls back to the TTL:
 
-* a holder that could not take it (an older version of the app, a transaction-mode pooler that
-  puts the lock on a server connection of its own) leaves it free, and is replaced at once by a
-  standby of this version, or leaves it held by the pooler's connection and is replaced at the
-  TTL;
+* a holder that could not take it (an older version of the app) leaves it free, and is replaced
+  at once by a standby of this version;
+* through a transaction-mode pooler (PgBouncer), found once per process
+  (:func:`~django_cluster_cron.dbconn.behind_transaction_pooler`), no witness is taken or read:
+  the lock would sit on a server connection the pooler lends to others;
 * a *silent* link (packets lost, nothing reset) keeps the holder's session alive on the server
   until the server's own keepalive gives up. On PostgreSQL the lease connection asks the server to
   probe it soon and often (:data:`SERVER_KEEPALIVE`); MySQL has no such setting per session.
@@ -40,6 +41,8 @@ from typing import TypeVar
 
 from django.db import DatabaseError
 from django.db.backends.base.base import BaseDatabaseWrapper
+
+from ..dbconn import behind_transaction_pooler
 
 logger = logging.getLogger("django_cluster_cron.leases")
 T = TypeVar("T")
@@ -72,7 +75,21 @@ def name_of(lease: str, token: str) -> str:
 
 
 def supported(connection: BaseDatabaseWrapper) -> bool:
-    return connection.vendor in ("postgresql", "mysql")
+    """Whether ``connection``'s sessions can hold a witness: PostgreSQL and MySQL/MariaDB, but
+    not through a transaction-mode pooler (the lock would stay on a server connection the pooler
+    lends to others, and go with it)."""
+    if connection.vendor not in ("postgresql", "mysql"):
+        return False
+    if behind_transaction_pooler(connection.alias):
+        if not _reported:
+            _reported.append("pooler")
+            logger.warning(
+                "lease.witness_unavailable reason=pooler: PostgreSQL is reached through a "
+                "transaction-mode pooler, where a session lock cannot witness a connection; "
+                "failover waits for the TTL"
+            )
+        return False
+    return True
 
 
 def _keys(name: str) -> tuple[int, int]:

@@ -232,13 +232,19 @@ def test_a_lossy_promote_never_runs_a_slot_twice_without_saying_so(cluster, link
     standby.promote()
     link.retarget(standby.port)
     switched = datetime.now(timezone.utc)
-    for job_id in (skip_id, run_id):
-        wait_for(
-            lambda job_id=job_id: sum(slot_of(t) > switched for t in succeeded(job_id)) >= 5,
-            120,
-            "five runs of slots after the failover",
-            detail=lambda: "\n".join(f"--- {n}\n{cluster.log(n)[-4000:]}" for n in cluster.procs),
+
+    def resumed_both() -> bool:
+        return all(
+            sum(slot_of(t) > switched for t in succeeded(job_id)) >= 5
+            for job_id in (skip_id, run_id)
         )
+
+    wait_for(
+        resumed_both,
+        120,
+        "five runs of each job's slots after the failover",
+        detail=lambda: "\n".join(f"--- {n}\n{cluster.log(n)[-4000:]}" for n in cluster.procs),
+    )
     cluster.stop_all()
     resumed = min(at for at, t in successes(cluster.log("w")) if slot_of(t) > switched)
     stood_still = (resumed - switched).total_seconds()
