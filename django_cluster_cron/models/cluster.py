@@ -37,7 +37,7 @@ class SchedulerLease(models.Model):
     last_write_at = models.DateTimeField(null=True, blank=True)
     # How many fenced writes the row has seen (the leader row): only grows on one server, so a
     # node that finds it lower than it saw knows the database lost writes.
-    writes = models.PositiveBigIntegerField(default=0)
+    writes = models.PositiveBigIntegerField(default=0, db_default=0)  # an earlier release inserts
     valid_until = models.DateTimeField(
         null=True, blank=True, help_text="Database lease: held until (database time)."
     )

@@ -21,6 +21,9 @@ then SIGCONT; SIGTERM a node and start a new one; restart Redis; terminate every
 connection; SIGKILL a worker mid-task; publish duplicate copies of run messages to the broker;
 cut the leader's link to the database or to Redis (refused or silent, past the lease TTL, then
 healed: each scheduler reaches both through TCP proxies of its own, tests/support/netfault.py);
+with ``CHAOS_POOLER=1`` every scheduler and worker reaches PostgreSQL through PgBouncer in
+transaction mode (Debian's package: what falls back behind it, the session witness and LISTEN,
+must not cost a guarantee);
 and with ``CHAOS_OWN_POSTGRES=1`` (a throwaway PostgreSQL server on a free port, which gets
 ``BURST_JOBS`` more jobs firing together every ``BURST_EVERY`` seconds) restart that server, cleanly
 or as a crash, just after a burst fired.
@@ -139,6 +142,7 @@ class Chaos:
         # Each scheduler reaches the database and Redis through links of its own (cut-able).
         self.links: dict[str, dict[str, FaultyLink]] = {}
         self.pg: PostgresServer | None = None
+        self._pooler: Any = None  # CHAOS_POOLER: PgBouncer in front of the database
         self.replaced: set[str] = set()  # workers that exited and were started anew
 
     # -- infrastructure ------------------------------------------------------------------
@@ -160,8 +164,22 @@ class Chaos:
         else:
             self._admin_sql(admin_url, f'CREATE DATABASE "{name}"')
         parts = urlsplit(admin_url)
-        self.db_url = urlunsplit(parts._replace(path=f"/{name}"))
+        direct = self.db_url = urlunsplit(parts._replace(path=f"/{name}"))
         self._db_name, self._admin_url = name, admin_url
+        if os.environ.get("CHAOS_POOLER") and not _is_mysql(admin_url):
+            # Every scheduler and worker reaches PostgreSQL through PgBouncer in transaction
+            # mode (the harness itself, its checks and the migrations, directly).
+            from tests.support.pgbouncer import pgbouncer
+
+            upstream = (parts.hostname or "127.0.0.1", parts.port or 5432)
+            pooler = pgbouncer(
+                "transaction", 20, upstream=upstream, user=parts.username, max_clients=500
+            )
+            port = pooler.__enter__()
+            self._pooler = pooler
+            self.db_url = urlunsplit(
+                parts._replace(netloc=f"{parts.username}@127.0.0.1:{port}", path=f"/{name}")
+            )
         self.env = {
             **os.environ,
             "DATABASE_URL": self.db_url,
@@ -176,7 +194,6 @@ class Chaos:
             {
                 k: self.env[k]
                 for k in (
-                    "DATABASE_URL",
                     "REDIS_URL",
                     "CLUSTER_CRON_JSON",
                     "DJANGO_SETTINGS_MODULE",
@@ -184,10 +201,11 @@ class Chaos:
                 )
             }
         )
+        os.environ["DATABASE_URL"] = direct
         sys.path[:0] = [str(EXAMPLE), str(ROOT)]
         subprocess.run(
             [sys.executable, str(EXAMPLE / "manage.py"), "migrate", "-v", "0"],
-            env=self.env,
+            env={**self.env, "DATABASE_URL": direct},
             check=True,
         )
         import django
@@ -232,6 +250,8 @@ class Chaos:
                 link.close()
         if self.redis is not None:
             self.redis.stop()
+        if self._pooler is not None:
+            self._pooler.__exit__(None, None, None)
         if self.pg is not None:
             self.pg.close()  # the database goes with the server
         elif self.db_url and _is_mysql(self._admin_url):

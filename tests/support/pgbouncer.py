@@ -11,9 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from django.db import connection
-
-from tests.conftest import devredis
+from tests.support.pgserver import _free_port
 from tests.support.waiting import wait_for
 
 PGBOUNCER = shutil.which("pgbouncer") or (
@@ -30,23 +28,35 @@ def _accepts(port: int) -> bool:
 
 
 @contextmanager
-def pgbouncer(pool_mode: str = "transaction", pool_size: int = 1) -> Iterator[int]:
-    """A PgBouncer in ``pool_mode`` with at most ``pool_size`` server connections, in front of
-    the suite's PostgreSQL; its port."""
+def pgbouncer(
+    pool_mode: str = "transaction",
+    pool_size: int = 1,
+    *,
+    upstream: tuple[str, int] | None = None,
+    user: str | None = None,
+    max_clients: int = 20,
+) -> Iterator[int]:
+    """A PgBouncer in ``pool_mode`` with at most ``pool_size`` server connections per database,
+    in front of ``upstream`` (host, port; default: the suite's PostgreSQL); its port."""
     assert PGBOUNCER is not None
-    settings = connection.settings_dict
+    if upstream is None or user is None:
+        from django.db import connection
+
+        settings = connection.settings_dict
+        upstream = upstream or (settings["HOST"] or "127.0.0.1", int(settings["PORT"] or 5432))
+        user = user or settings["USER"] or "postgres"
     home = Path(tempfile.mkdtemp(prefix="dcc-pgbouncer-"))
     home.chmod(0o777)  # PgBouncer refuses root: as root it runs as nobody and writes here
-    port = devredis.free_port()
-    user = settings["USER"] or "postgres"
+    port = _free_port()
     (home / "users.txt").write_text(f'"{user}" ""\n')
     (home / "pgbouncer.ini").write_text(
         "[databases]\n"
-        f"* = host={settings['HOST'] or '127.0.0.1'} port={settings['PORT'] or 5432}\n"
+        f"* = host={upstream[0]} port={upstream[1]}\n"
         "[pgbouncer]\n"
         f"listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n"
         f"auth_type = trust\nauth_file = {home / 'users.txt'}\n"
-        f"pool_mode = {pool_mode}\ndefault_pool_size = {pool_size}\nmax_client_conn = 20\n"
+        f"pool_mode = {pool_mode}\ndefault_pool_size = {pool_size}\n"
+        f"max_client_conn = {max_clients}\n"
         "ignore_startup_parameters = extra_float_digits,options\n"
         f"logfile = {home / 'pgbouncer.log'}\npidfile = {home / 'pgbouncer.pid'}\n"
     )
