@@ -246,7 +246,7 @@ class JobDefinition(models.Model):
         choices=policies.UncertainPolicy.choices,
         default=policies.UncertainPolicy.SKIP,
         # Rows an earlier release's web or scheduler inserts during a rolling upgrade.
-        db_default=policies.UncertainPolicy.SKIP,
+        db_default="skip",
         help_text="When the database fails over to a server that had not received its last "
         "writes, a slot of those seconds may have run without the ledger knowing: 'skip' "
         "records it uncertain and never runs it again; 'run' runs it (it may run twice).",

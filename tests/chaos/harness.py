@@ -718,6 +718,14 @@ class Chaos:
                     f"last of {older} {last[1]}; first of {newer} {first[1]}"
                 )
 
+        pooler_found = self._count_in_logs("lease.witness_unavailable reason=pooler")
+        if (
+            self._pooler is not None
+            and SETTINGS["LEASE_BACKEND"] == "database"
+            and not pooler_found
+        ):
+            report.fail("no scheduler found the transaction-mode pooler it runs behind")
+
         statuses = Counter(r["status"] for r in runs)
         report.numbers = {
             "slots expected (window)": expected,
@@ -735,6 +743,7 @@ class Chaos:
             "epochs": len(holders),
             "faults injected": sum(report.faults.values()),
             "workers that exited, restarted": len(self.replaced),
+            "nodes that found a pooler": pooler_found,
         }
 
 

@@ -65,10 +65,11 @@ def pgbouncer(
     command = [PGBOUNCER]
     if os.geteuid() == 0:
         command += ["-u", "nobody"]
+    # What it prints goes to its log file as well: a pipe nobody reads would fill and stop it.
     process = subprocess.Popen(
         [*command, str(home / "pgbouncer.ini")],
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
     )
     try:
         wait_for(
@@ -76,7 +77,8 @@ def pgbouncer(
             30,
             "PgBouncer to listen",
         )
-        assert process.poll() is None, process.stderr.read() if process.stderr else ""
+        log = home / "pgbouncer.log"
+        assert process.poll() is None, log.read_text() if log.exists() else "PgBouncer exited"
         yield port
     finally:
         process.terminate()
