@@ -8,6 +8,10 @@ does); two schedulers and a Celery worker connect through it.
   server for a dead connection and reconnect.
 * **Killed and promoted**: the primary dies (SIGKILL-like immediate stop), the standby is
   promoted; no acknowledged commit is lost (synchronous replication).
+* **A lossy promote**: an asynchronous standby's replication is cut, the primary goes on alone,
+  dies, and the standby is promoted without those seconds: each job's ``on_uncertain`` decides.
+* **The Redis lease key lost** under its leader (a replica promoted without it), three times.
+* **MariaDB turned read-only** (where the suite runs on MariaDB).
 
 The witness is the Celery worker's own log (what it received and what succeeded), not the
 database: 0 slots executed twice, 0 slots never run, and dispatch resumes within the failover
@@ -26,7 +30,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from django.db import connection
 
-from tests.support.cluster import TTL
+from tests.support.cluster import TTL, every_second_job
 from tests.support.netfault import url_through
 from tests.support.pgserver import PostgresServer, PostgresUnavailable, find_bin
 from tests.support.waiting import wait_for
@@ -158,6 +162,52 @@ def expected(succeeded: list[tuple[datetime, str]], last: datetime) -> set[datet
     first = min(slot_of(t) for _at, t in succeeded)
     count = int((last - first).total_seconds()) + 1
     return {first + timedelta(seconds=k) for k in range(count)}
+
+
+# -- the Redis lease key lost -------------------------------------------------------------------
+
+
+def test_the_redis_lease_key_lost_under_its_leader_three_times(cluster, redis_client):
+    """A Redis replica promoted without the lease key (acknowledged writes lost), three times:
+    the leader finds it gone at its next renewal and steps down, a node leads again within a
+    TTL, nothing crashes, and every slot runs once (the database's fencing keeps a second leader
+    of those seconds from recording anything)."""
+    cluster.env["TZ"] = "UTC"
+    job = every_second_job("key-lost", task="tests.add")
+    cluster.worker("w")
+    cluster.wait_ready("w")
+    for node in ("a", "b"):
+        cluster.start(node)
+
+    def succeeded() -> list[tuple[datetime, str]]:
+        return [(at, t) for at, t in successes(cluster.log("w")) if t.startswith(f"cron-{job.pk}-")]
+
+    wait_for(lambda: len(succeeded()) >= 5, 90, "five runs before the key is lost")
+    stalls = []
+    for _ in range(3):
+        assert redis_client.delete(f"{cluster.prefix}:leader") == 1
+        lost = datetime.now(timezone.utc)
+
+        def resumed_after(lost: datetime = lost) -> bool:
+            return sum(slot_of(t) > lost for _at, t in succeeded()) >= 3
+
+        wait_for(resumed_after, 60, "runs of slots after the key was lost")
+        resumed = min(at for at, t in succeeded() if slot_of(t) > lost)
+        stalls.append((resumed - lost).total_seconds())
+    last = datetime.now(timezone.utc) - timedelta(seconds=1)
+    cluster.stop_all()
+
+    runs = Counter(t for _at, t in succeeded())
+    assert not [t for t, n in runs.items() if n > 1], "executed twice"
+    assert not expected(succeeded(), last) - {slot_of(t) for t in runs}, "slots never run"
+    logs = cluster.log("a") + cluster.log("b")
+    assert logs.count("lease.lost") >= 3, logs[-4000:]
+    assert "Traceback" not in logs, logs[-4000:]
+    print(
+        "Redis lease key lost three times: first run after each "
+        + ", ".join(f"{s:.2f} s" for s in stalls)
+    )
+    assert max(stalls) <= TTL + 10, stalls  # the room: a loaded 2-core machine
 
 
 # -- a lossy promote --------------------------------------------------------------------------
