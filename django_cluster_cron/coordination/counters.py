@@ -54,7 +54,7 @@ class RedisCounters:
     def value(self, counter: str) -> int:
         from ..leases.redis import redis_errors
 
-        with redis_errors(f"reading counter {counter!r}"):
+        with redis_errors(f"reading counter {counter!r}", self.place.client):
             found = self.place.client.get(self.place.key(f"stats:{counter}"))
         return int(found or 0)
 

@@ -91,7 +91,7 @@ class RedisReports:
         found: list[dict[str, Any]] = []
         from ..leases.redis import redis_errors
 
-        with redis_errors("reading node reports"):
+        with redis_errors("reading node reports", client):
             for raw_key in client.scan_iter(match=self.place.key("node:*"), count=100):
                 try:
                     raw = client.get(raw_key)

@@ -33,7 +33,7 @@ import threading
 import time
 import weakref
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -265,7 +265,7 @@ class RedisLease:
         return pttl / 1000
 
     def redis_errors(self) -> Any:
-        return redis_errors(f"lease {self.key!r}")
+        return redis_errors(f"lease {self.key!r}", self.client)
 
 
 class RedisBackend:
@@ -304,7 +304,7 @@ class RedisBackend:
         client = self.client
         full = self.key(prefix)
         found: list[HeldLease] = []
-        with redis_errors("listing leases"):
+        with redis_errors("listing leases", client):
             for raw_key in client.scan_iter(match=full + "*", count=100):
                 try:
                     owner = client.get(raw_key)
@@ -323,12 +323,12 @@ class RedisBackend:
         return sorted(found, key=lambda held: held.name)
 
     def force_release(self, name: str) -> bool:
-        with redis_errors(f"releasing {name!r}"):
+        with redis_errors(f"releasing {name!r}", self.client):
             return bool(self.client.delete(self.key(name)))
 
     def release_held_by(self, name: str, token: str) -> bool:
         client = self.client
-        with redis_errors(f"releasing {name!r}"):
+        with redis_errors(f"releasing {name!r}", client):
             return bool(_scripts_for(client).release(keys=[self.key(name)], args=[token]))
 
 
@@ -396,9 +396,21 @@ def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
+# A server that answers but cannot take our writes: a master demoted to a replica by a failover
+# (its connections kept: Sentinel, a DNS name or a proxy now naming the new master) or a replica
+# cut off from its master. Like a read-only database, its connections are dead to us.
+_WRONG_SERVER = (redis.exceptions.ReadOnlyError, redis.exceptions.MasterDownError)
+
+
 @contextmanager
-def redis_errors(what: str) -> Iterator[None]:
+def redis_errors(what: str, client: Any = None) -> Iterator[None]:
+    """Redis's outages as :class:`LeaseUnavailable`. A server that refuses our writes also drops
+    ``client``'s pooled connections, so that the next command connects to whatever the address
+    names now instead of reusing one that stays on the demoted server."""
     try:
         yield
     except _UNAVAILABLE as exc:
+        if client is not None and isinstance(exc, _WRONG_SERVER):
+            with suppress(Exception):
+                client.connection_pool.disconnect()
         raise LeaseUnavailable(f"Redis unreachable ({what}): {type(exc).__name__}: {exc}") from exc

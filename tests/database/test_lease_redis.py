@@ -273,3 +273,33 @@ def test_a_redis_without_replicas_is_not_asked_to_wait(throwaway_redis: Any) -> 
         assert waits_issued(client) == 0
     finally:
         client.close()
+
+
+def test_a_master_demoted_in_place_is_left_for_whatever_the_address_names_now(
+    throwaway_redis: Any,
+) -> None:
+    """A Sentinel-style failover without a disconnect: the old master becomes a replica of the
+    new one (its connections kept, every write answered READONLY) while the address the app uses
+    names the new master. The lease fails once, drops its pooled connections, and the next
+    attempt takes the lease on the new master (it never stays on the demoted server)."""
+    from tests.conftest import devredis
+    from tests.support.netfault import FaultyLink
+
+    new_master = devredis.RedisServer().start()
+    link = FaultyLink(throwaway_redis.port)
+    client = redis.Redis(host="127.0.0.1", port=link.port, socket_timeout=2)
+    old = redis.Redis.from_url(throwaway_redis.url, socket_timeout=2)
+    try:
+        lease = RedisLease(client, KEY, "node-a", ttl=30)
+        assert lease.try_acquire() is True
+        old.replicaof("127.0.0.1", new_master.port)
+        link.retarget(new_master.port)
+        with pytest.raises(LeaseUnavailable, match="ReadOnlyError"):
+            lease.renew()
+        assert lease.try_acquire() is True
+        assert redis.Redis.from_url(new_master.url).get(KEY) == lease.token.encode()
+    finally:
+        client.close()
+        old.close()
+        link.close()
+        new_master.stop()
