@@ -96,6 +96,7 @@ def test_create_read_update_and_soft_delete_a_job(admin):
         ({"kwargs": [1]}, "kwargs", "object"),
         ({"catchup_window": -5}, "catchup_window", "positive"),
         ({"soft_time_limit": 30, "time_limit": 10}, "soft_time_limit", "below"),
+        ({"on_uncertain": "sometimes"}, "on_uncertain", "sometimes"),
     ],
 )
 def test_bad_input_is_refused_on_its_own_field_with_the_models_words(admin, fields, field, words):
@@ -587,3 +588,13 @@ def test_an_actions_two_answers_are_told_apart_by_the_schema(admin):
     # A whole run has more properties than the short form allows: it matches one form only.
     assert schemas["RunState"]["additionalProperties"] is False
     assert schemas["JobState"]["additionalProperties"] is False
+
+
+def test_a_jobs_choice_for_uncertain_slots_is_written_and_read(admin):
+    created = admin.post(f"{API}/jobs/", {**GOOD, "on_uncertain": "run"}, format="json")
+    assert created.status_code == 201, created.json()
+    assert created.json()["on_uncertain"] == "run"
+    assert JobDefinition.objects.get(pk=created.json()["id"]).on_uncertain == "run"
+    # Not given: at most once.
+    other = admin.post(f"{API}/jobs/", {**GOOD, "name": "other"}, format="json")
+    assert other.json()["on_uncertain"] == "skip"

@@ -135,6 +135,7 @@ def test_any_json_for_args_and_kwargs_is_accepted_only_in_the_right_shape(value)
     [
         ("catchup_policy", "sometimes"),
         ("overlap_policy", "never"),
+        ("on_uncertain", "sometimes"),
         ("catchup_window", timedelta(days=-1)),
         ("catchup_window", timedelta(days=10**6)),  # before the year 1 (was: OverflowError)
         ("max_retries", 1000),
