@@ -42,8 +42,8 @@ class FencedOut(Exception):
 
 
 class Kept(NamedTuple):
-    """The leader row as a new term found it: its epoch and its last write (before the
-    term's own)."""
+    """The leader row as a new term found it (before the term's own write): its epoch, its count
+    of writes and when the last one was made."""
 
     epoch: int
     writes: int

@@ -25,6 +25,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -43,9 +44,9 @@ SUCCEEDED = re.compile(
 STAMP = re.compile(r"cron-(\d+)-(\d{8}T\d{6})Z")
 
 
-@pytest.fixture
-def pair():
-    """A primary with a database ``dcc`` and its synchronous streaming standby."""
+def primary_and_standby(synchronous: bool) -> Iterator[tuple[PostgresServer, PostgresServer]]:
+    """A primary with a database ``dcc`` and its streaming standby (synchronous: no acknowledged
+    commit can be lost in a promote), both the test's own."""
     if connection.vendor != "postgresql":
         pytest.skip("a PostgreSQL failover: tested where the suite runs on PostgreSQL")
     try:
@@ -56,12 +57,18 @@ def pair():
     standby = None
     try:
         primary.sql("CREATE DATABASE dcc")
-        standby = PostgresServer.standby_of(primary, synchronous=True).start()
+        standby = PostgresServer.standby_of(primary, synchronous=synchronous).start()
         yield primary, standby
     finally:
         for server in (standby, primary):
             if server is not None:
                 server.close()
+
+
+@pytest.fixture
+def pair():
+    """A primary and its synchronous streaming standby."""
+    yield from primary_and_standby(synchronous=True)
 
 
 def run_django(env: dict[str, str], *args: str) -> str:
@@ -215,23 +222,8 @@ def test_the_redis_lease_key_lost_under_its_leader_three_times(cluster, redis_cl
 
 @pytest.fixture
 def lagging_pair():
-    """A primary with a database ``dcc`` and its asynchronous streaming standby."""
-    if connection.vendor != "postgresql":
-        pytest.skip("a PostgreSQL failover: tested where the suite runs on PostgreSQL")
-    try:
-        find_bin()
-    except PostgresUnavailable as exc:
-        pytest.skip(str(exc))
-    primary = PostgresServer().start()
-    standby = None
-    try:
-        primary.sql("CREATE DATABASE dcc")
-        standby = PostgresServer.standby_of(primary).start()
-        yield primary, standby
-    finally:
-        for server in (standby, primary):
-            if server is not None:
-                server.close()
+    """A primary and its asynchronous streaming standby."""
+    yield from primary_and_standby(synchronous=False)
 
 
 def cut_replication(standby: PostgresServer) -> None:
