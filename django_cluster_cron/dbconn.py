@@ -100,15 +100,21 @@ def with_timeouts(settings_dict: dict[str, Any], vendor: str) -> dict[str, Any]:
     return found
 
 
+def unshared_connection(alias: str) -> BaseDatabaseWrapper:
+    """A new connection to ``alias`` (not yet opened) that no other code hands out, with bounded
+    waits on a silent link (``TIMEOUT_OPTIONS``); the caller closes it."""
+    wrapper = connections.create_connection(alias)
+    # Its own copy of the settings: the ORM's connections share the original.
+    wrapper.settings_dict = with_timeouts(wrapper.settings_dict, wrapper.vendor)
+    return wrapper
+
+
 def own_connection(alias: str) -> BaseDatabaseWrapper:
     """This thread's own connection to ``alias``, connected and in autocommit, with bounded
     waits on a silent link (``TIMEOUT_OPTIONS``)."""
     wrapper = _own.wrappers.get(alias)
     if wrapper is None:
-        wrapper = connections.create_connection(alias)
-        # Its own copy of the settings: the ORM's connections share the original.
-        wrapper.settings_dict = with_timeouts(wrapper.settings_dict, wrapper.vendor)
-        _own.wrappers[alias] = wrapper
+        wrapper = _own.wrappers[alias] = unshared_connection(alias)
     if wrapper.connection is None:
         wrapper.ensure_connection()
     if not wrapper.autocommit:
@@ -272,13 +278,10 @@ def behind_transaction_pooler(alias: str) -> bool:
         return found
     if connections[alias].vendor != "postgresql":
         return False
-    pair = []
+    pair: list[BaseDatabaseWrapper] = []
     found = False
     try:
-        for _ in range(2):
-            wrapper = connections.create_connection(alias)
-            wrapper.settings_dict = with_timeouts(wrapper.settings_dict, wrapper.vendor)
-            pair.append(wrapper)
+        pair.extend(unshared_connection(alias) for _ in range(2))
         for _ in range(POOLER_ROUNDS):
             pids = []
             for wrapper in pair:
