@@ -30,11 +30,8 @@ test-mysql:  ## run the test suite against MySQL/MariaDB (MYSQL_URL)
 matrix:  ## every Python 3.10-3.13 x Django 5.2/6.0/6.1 pair on SQLite (tox; TOX_ARGS="-e py313-django61")
 	bash scripts/matrix.sh $(TOX_ARGS)
 
-lint: bootstrap  ## ruff check, ruff format --check, mypy, the import contracts (lint-imports)
-	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy
-	$(VENV)/bin/lint-imports --no-cache
+lint: bootstrap  ## ruff check, ruff format --check, mypy, the import contracts, the house check
+	bash scripts/lint.sh
 
 format: bootstrap  ## apply ruff's fixes and formatting
 	$(VENV)/bin/ruff check --fix .

@@ -55,7 +55,7 @@ def measure(runs: int, reps: int) -> dict[str, list[float]]:
     from django_cluster_cron.ledger.statements import use_own_connection
     from django_cluster_cron.models import JobDefinition, JobRun, RunTrigger
     from django_cluster_cron.tasks import execute_run
-    from django_cluster_cron.worker.around import deliver_here
+    from django_cluster_cron.worker.celery import deliver_here
     from tests.testapp.tasks import add
 
     app = get_celery_app()

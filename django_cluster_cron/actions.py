@@ -8,6 +8,7 @@ publish fails stays ``pending`` and the leader's outbox sends it later.
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections import Counter
 from dataclasses import dataclass
@@ -15,13 +16,19 @@ from datetime import datetime
 
 from django.db import IntegrityError, transaction
 
+from .celery_app import terminate_refusal
+from .conf import app_settings
+from .core.overlap import Decision, OverlapPolicy, Verdict
 from .dbtime import database_now
-from .dispatch import default_dispatcher, send_runs
+from .dispatch import default_dispatcher, publish_now
+from .ledger import buffer, transitions
+from .ledger.buffer import preempt
 from .ledger.outbox import OutboxMessage
 from .ledger.rows import activity, dispatchable_run
-from .ledger.transitions import cancel_waiting, retry_failed
 from .models import JobDefinition, JobRun, RunStatus, RunTrigger
 from .models.changes import record_change
+from .ops import metrics
+from .validation.task import task_errors
 
 # The logger keeps the name it has always had (logging configurations and alerts name it).
 logger = logging.getLogger("django_cluster_cron.operations")
@@ -46,22 +53,62 @@ def publish(runs: list[JobRun]) -> int:
         OutboxMessage.for_run(run)
         for run in JobRun.objects.select_related("job").filter(pk__in=[r.pk for r in pending])
     ]
-    sent = send_runs(default_dispatcher(), messages, now=database_now())
+    sent = publish_now(default_dispatcher(), messages, now=database_now())
     if sent.failure is not None:
         logger.error("operations.publish_failed error=%s (the outbox will retry)", sent.failure)
     return len(sent.messages)
 
 
-def run_now(job: JobDefinition, *, by: str = "admin") -> JobRun:
-    """Record and publish a ``manual`` run of ``job`` for now; its schedule does not move."""
+def overlap_override(job: JobDefinition, policy: str | None) -> str | None:
+    """An operator's overlap policy for a run now or a backfill, checked: one of the six, and
+    ``terminate_other`` only where the job's runs can be terminated. None: the default."""
+    if policy is None or policy == "":
+        return None
+    if policy not in {choice.value for choice in OverlapPolicy}:
+        known = ", ".join(choice.value for choice in OverlapPolicy)
+        raise ActionRefused(f"Unknown overlap policy {policy!r}: use one of {known}.")
+    if policy == OverlapPolicy.TERMINATE_OTHER.value:
+        probe = copy.copy(job)
+        probe.overlap_policy = policy
+        refused = task_errors(probe).get("overlap_policy")
+        if refused is not None:
+            raise ActionRefused(" ".join(refused.messages))
+    return policy
+
+
+def _recorded(job: JobDefinition, runs: list[tuple[JobRun, Decision]], policy: str | None) -> None:
+    """Insert an operator's runs; a run that preempts (cancel_other, terminate_other) stops
+    the job's runs ahead of it, in the same transaction."""
+    with transaction.atomic():
+        JobRun.objects.bulk_create([run for run, _ in runs], ignore_conflicts=True)
+        newest = max((run.scheduled_for for run, d in runs if d.stop_others), default=None)
+        if newest is not None:
+            preempt(job, newest, policy=policy)
+    for _run, decision in runs:
+        if decision.verdict is Verdict.SKIP:
+            metrics.get().not_run(job.name, decision.why_not_run)
+
+
+def run_now(job: JobDefinition, *, by: str = "admin", overlap_policy: str | None = None) -> JobRun:
+    """Record and publish a ``manual`` run of ``job`` for now; its schedule does not move. It
+    goes through the job's overlap policy, or ``overlap_policy`` if the operator gives one."""
+    policy = overlap_override(job, overlap_policy)
     counts = _activity(job)
     now = database_now()
     try:
         with transaction.atomic():
-            run = dispatchable_run(job, now, RunTrigger.MANUAL, counts, node=by)
+            run, decision = dispatchable_run(
+                job, now, RunTrigger.MANUAL, counts, node=by, policy=policy
+            )
             run.save()
+            if decision.stop_others:
+                preempt(job, now, policy=policy)
     except IntegrityError:
         raise ActionRefused("A run for this very instant already exists; try again.") from None
+    if decision.verdict is Verdict.SKIP:
+        metrics.get().not_run(job.name, decision.why_not_run)
+    if decision.stop_others:  # the runs ahead may all have been cancelled: nothing to wait for
+        run = next((r for r in buffer.release([job.pk], now=now).runs if r.pk == run.pk), run)
     publish([run])
     run.refresh_from_db()
     record_change(job, "run_now", note=f"run {run.pk} ({run.status})")
@@ -102,22 +149,37 @@ def plan_backfill(job: JobDefinition, start: datetime, end: datetime) -> Backfil
     return BackfillPlan(slots=new, existing=len(taken), truncated=truncated)
 
 
+# A backfill's runs wait their turn one after another, in slot order, unless the operator
+# says otherwise.
+BACKFILL_POLICY = OverlapPolicy.BUFFER_ALL.value
+
+
 def backfill(
-    job: JobDefinition, start: datetime, end: datetime, *, by: str = "admin"
+    job: JobDefinition,
+    start: datetime,
+    end: datetime,
+    *,
+    by: str = "admin",
+    overlap_policy: str | None = None,
 ) -> list[JobRun]:
     """Record and publish ``backfill`` runs for the range's missing slots, through the overlap
-    policy (with ``skip``, only the first slot runs while it is active; the rest are skipped)."""
+    policy ``overlap_policy`` — by default ``buffer_all``: the first runs now (if nothing of
+    the job's backfill runs), the rest wait and run one at a time in slot order."""
+    policy = overlap_override(job, overlap_policy) or BACKFILL_POLICY
     plan = plan_backfill(job, start, end)
     if plan.truncated:
         raise ActionRefused(
             f"The range holds more than {BACKFILL_LIMIT:,} slots without a run; narrow it."
         )
     counts = _activity(job)
-    rows = [
-        dispatchable_run(job, slot, RunTrigger.BACKFILL, counts, node=by) for slot in plan.slots
+    decided = [
+        dispatchable_run(job, slot, RunTrigger.BACKFILL, counts, node=by, policy=policy)
+        for slot in plan.slots
     ]
-    with transaction.atomic():
-        JobRun.objects.bulk_create(rows, ignore_conflicts=True)
+    _recorded(job, decided, policy)
+    if any(decision.stop_others for _run, decision in decided):
+        buffer.release([job.pk], now=database_now())
+    rows = [run for run, _ in decided]
     created = list(JobRun.objects.filter(job=job, task_id__in=[r.task_id for r in rows]))
     publish(created)
     record_change(
@@ -131,7 +193,7 @@ def backfill(
 
 def retry(run: JobRun) -> JobRun:
     """Run a failed run again: the same run, the next attempt."""
-    if not retry_failed(run):
+    if not transitions.retried(run):
         raise ActionRefused(f"Run {run.pk} is {run.status}, not failed: only failed runs retry.")
     run.refresh_from_db()
     publish([run])
@@ -139,9 +201,46 @@ def retry(run: JobRun) -> JobRun:
     return run
 
 
-def cancel(run: JobRun, *, reason: str = "cancelled by an operator") -> JobRun:
-    """Cancel a run that has not started (pending, queued or waiting for a retry)."""
-    if not cancel_waiting(run, reason):
-        raise ActionRefused(f"Run {run.pk} is {run.status}: only waiting runs can be cancelled.")
+def cancel(run: JobRun, *, reason: str = "cancelled by an operator", by: str = "") -> JobRun:
+    """Cancel a run. One that waits (pending, queued, retrying) is cancelled at once. One that
+    runs is asked to stop (who: ``by``; why: ``reason``): its body sees the cancel at its next
+    heartbeat (``current_run().cancel_requested``, or ``RunCancelled`` raised in it where its
+    job has ``cancel_interrupts``), and however it then ends it is recorded ``cancelled``;
+    :func:`cancel_outlook` says what follows. Refused for a run that has ended, or whose cancel
+    was already asked for."""
+    if transitions.cancelled(run, reason):
+        run.refresh_from_db()
+        metrics.get().not_run(run.job.name, "cancelled")  # a running one: counted at its end
+        return run
+    if transitions.cancel_requested(run, by=by or "an operator", reason=reason):
+        run.refresh_from_db()
+        logger.warning("run.cancel_requested run=%s job=%s by=%s", run.pk, run.job_id, by)
+        return run
     run.refresh_from_db()
-    return run
+    if run.cancel_requested:
+        raise ActionRefused(
+            f"Run {run.pk} was already asked to stop, by {run.cancel_requested_by} at "
+            f"{run.cancel_requested_at:%Y-%m-%d %H:%M:%S} UTC; it is {run.status}."
+        )
+    raise ActionRefused(
+        f"Run {run.pk} is {run.status}: only a waiting or running run can be cancelled."
+    )
+
+
+def cancel_outlook(run: JobRun) -> str:
+    """What follows a cancel, in an operator's words (for the admin's message)."""
+    if run.status == RunStatus.CANCELLED:
+        return f"Run {run.pk} is cancelled: it had not started."
+    interval = app_settings.RUN_HEARTBEAT_INTERVAL
+    job = run.job
+    how = "RunCancelled is raised in it" if job.cancel_interrupts else "current_run() says so"
+    text = (
+        f"Run {run.pk} was asked to stop: its body sees it within {interval:g} s (its next "
+        f"heartbeat; {how}), and it is recorded cancelled when it ends."
+    )
+    if job.cancel_grace is None:
+        return f"{text} It is not terminated if it goes on (its job sets no cancel grace)."
+    refusal = terminate_refusal(run.worker_pool)
+    if refusal:
+        return f"{text} It cannot be terminated after its grace: {refusal}."
+    return f"{text} If it goes on {job.cancel_grace} s, it is terminated."

@@ -14,7 +14,7 @@ class ClusterCronConfig(AppConfig):
     def ready(self) -> None:
         from django.db.models.signals import post_delete, post_save
 
-        from django_cluster_cron import checks  # noqa: F401  (registers the system checks)
+        self._register_checks()
         from django_cluster_cron.ops import logtext
 
         logtext.install()  # one event, one line: newlines in logged names and messages escaped
@@ -28,9 +28,29 @@ class ClusterCronConfig(AppConfig):
         from django.db.models.signals import post_migrate
 
         post_migrate.connect(_sync_after_migrate, sender=self, dispatch_uid="cluster_cron_sync")
-        from django_cluster_cron.ops import monitors
+        from django_cluster_cron import signals
+        from django_cluster_cron.ops import metrics, monitors
 
+        signals.job_resumed.connect(
+            metrics.count_paused_slots, dispatch_uid="cluster_cron_paused_slots"
+        )
         monitors.install()  # CLUSTER_CRON["MONITORS"]: nothing unless sinks are configured
+
+    @staticmethod
+    def _register_checks() -> None:
+        """The system checks (checks.py), each under its tag."""
+        from django.core.checks import Tags, register
+
+        from django_cluster_cron import checks
+
+        register(checks.check_settings, Tags.compatibility)
+        # Not tagged "database": it reads settings, not the database, and Django 6.1 runs
+        # database-tagged checks only when `check --database` names one.
+        register(checks.check_network_timeouts, Tags.compatibility)
+        register(checks.check_task_allowlist, Tags.security)
+        register(checks.check_serializers, Tags.security)
+        # W010 asks the database: only for the databases the command names.
+        register(checks.check_pooler, Tags.database)
 
 
 def _sync_after_migrate(sender: Any, using: str = "default", **kwargs: Any) -> None:

@@ -138,3 +138,46 @@ def import_task_modules(app: Celery | None = None) -> None:
                 importlib.import_module(name)
         except ModuleNotFoundError:  # a parent package that does not exist
             continue
+
+
+# Celery's worker pools by the module that implements each (what ``-P`` names them), and those
+# that can stop a running task from outside (``revoke(terminate=True)``): a prefork pool signals
+# the pool process, eventlet and gevent kill the green thread; solo and threads cannot.
+POOLS = {
+    "prefork": "prefork",
+    "thread": "threads",
+    "solo": "solo",
+    "eventlet": "eventlet",
+    "gevent": "gevent",
+}
+TERMINABLE_POOLS = ("prefork", "eventlet", "gevent")
+POOL_ALIASES = {"processes": "prefork", "threads": "threads"}
+
+
+def pool_name(pool: object) -> str:
+    """A worker's pool as ``-P`` names it (``custom`` for one of the project's own), from its
+    class, or from the name a configuration gives (``worker_pool``)."""
+    if isinstance(pool, str):
+        name = pool.strip().lower()
+        name = POOL_ALIASES.get(name, name)
+        return name if name in POOLS.values() else "custom"
+    module = str(getattr(pool, "__module__", ""))
+    if not module.startswith("celery.concurrency."):
+        return "custom"
+    return POOLS.get(module.rpartition(".")[2], "custom")
+
+
+def terminate_refusal(pool: str) -> str | None:
+    """Why a run on a worker with this pool cannot be terminated, or None if it can."""
+    if pool in TERMINABLE_POOLS:
+        return None
+    if pool == "django.tasks":
+        return (
+            "a django.tasks backend cannot stop a running task (it has no cancel); the body "
+            "must stop by itself when it sees the cancel"
+        )
+    shown = f"Celery's {pool} pool" if pool else "its worker"
+    return (
+        f"{shown} cannot terminate a running task (Celery terminates on the prefork, eventlet "
+        "and gevent pools only); the body must stop by itself when it sees the cancel"
+    )

@@ -26,6 +26,9 @@ that declaration out and syncs the others.
 | cluster_cron.W009     | the Celery app sends or accepts pickle or YAML messages            |
 | cluster_cron.W010     | PostgreSQL is reached through a transaction-mode pooler (PgBouncer) |
 
+The app config's ``ready()`` registers the checks of this module with Django, each under its
+tag (importing the module registers nothing).
+
 W006 and W007 are ordinary checks: ``manage.py check`` shows them, and so does every command that
 runs the checks, ``run_scheduler`` included (a scheduler is where an unbounded wait stops the
 cluster); ``SILENCED_SYSTEM_CHECKS`` silences them everywhere at once.
@@ -41,7 +44,7 @@ from contextvars import ContextVar
 from typing import Any
 
 from django.conf import settings
-from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.core.checks import CheckMessage, Error, Warning
 from django.core.exceptions import ImproperlyConfigured
 
 from .conf import DEFAULTS, SETTINGS_NAME, app_settings
@@ -51,7 +54,6 @@ from .leases import backend_name, is_django_redis_alias
 DJANGO_REDIS_BACKEND = "django_redis.cache.RedisCache"
 
 
-@register(Tags.compatibility)
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     raw = getattr(settings, SETTINGS_NAME, {})
     if not isinstance(raw, Mapping):
@@ -264,9 +266,6 @@ def _redis_lease_waits_unbounded(alias: str) -> bool:
     return waits_unbounded(bounded(client))
 
 
-# Not tagged "database": it reads settings, not the database, and Django 6.1 runs database-tagged
-# checks only when `check --database` names one.
-@register(Tags.compatibility)
 def check_network_timeouts(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """W006 per database entry, W007 for the Redis lease's cache, that lacks the options bounding
     a wait on a silent link."""
@@ -305,7 +304,6 @@ def check_network_timeouts(app_configs: Any = None, **kwargs: Any) -> list[Check
     return found
 
 
-@register(Tags.security)
 def check_task_allowlist(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """W008: whoever may add a job through the API chooses a task and its arguments; without an
     allowlist that is any task of the project."""
@@ -337,7 +335,6 @@ UNSAFE_SERIALIZERS = frozenset(
 )
 
 
-@register(Tags.security)
 def check_serializers(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """W009: job messages carry JSON; a Celery app that also accepts pickle or YAML runs what
     anyone able to write to the broker sends."""
@@ -373,7 +370,6 @@ def check_serializers(app_configs: Any = None, **kwargs: Any) -> list[CheckMessa
     ]
 
 
-@register(Tags.database)
 def check_pooler(
     app_configs: Any = None, databases: Any = None, **kwargs: Any
 ) -> list[CheckMessage]:

@@ -7,18 +7,27 @@ Uses the cron-descriptor library on the expression as our dialect reads it — r
 value sets (:meth:`~django_cluster_cron.core.dialect.CronFields.canonical`), so that library's
 own reading of a spelling (``2-2``, ``*/100``, a list mixing ``#`` and ranges) never shows — and
 in its conventions (a seconds field goes first there, last here).
+
+And a schedule's preview (:func:`preview`): its words, its next runs and the dates its exclusions
+leave out, as the admin's job form and the API's preview show them.
 """
 
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
+from datetime import datetime
 
+from .core.catchup import PLAIN
 from .core.errors import ScheduleError
+from .core.exclusions import ExcludingSchedule
 from .core.interval import IntervalSchedule, duration_in_words
+from .core.kinds import Schedule
 from .core.oneoff import OneOffSchedule
 from .core.parsing import parse
 from .core.schedules import parse as parse_any
 from .core.solar import SolarSchedule
+from .core.timing import SlotTiming
 
 
 @functools.lru_cache(maxsize=2048)
@@ -57,3 +66,35 @@ def describe(expression: str) -> str:
     except Exception:  # the library refuses something our dialect allows: show it as written
         return expression
     return text
+
+
+@dataclass(frozen=True)
+class Preview:
+    """What a preview shows of a schedule (:func:`preview`)."""
+
+    schedule: Schedule
+    words: str  # the expression in words (:func:`describe`)
+    upcoming: list[tuple[datetime, datetime]]  # the next runs, (slot, due), in due order
+    excluded: list[tuple[datetime, str]]  # each date left out: its first fire time, and why
+
+
+def preview(
+    expression: str,
+    zone: str,
+    now: datetime,
+    count: int,
+    timing: SlotTiming = PLAIN,
+    exclusions: list[str] | None = None,
+) -> Preview:
+    """The next ``count`` runs of a schedule after ``now``, in the job's active period and with
+    its jitter (``timing``), and the dates the exclusions leave out among them and the next ones
+    beyond them however far ahead (a few at least), inside that period. Raises
+    ``ScheduleError``, naming the input that is wrong. Nothing is cached: input is arbitrary."""
+    schedule = parse_any(expression, zone, timing.start_at, exclusions)
+    upcoming = timing.upcoming(schedule, now, count)
+    excluded: list[tuple[datetime, str]] = []
+    if isinstance(schedule, ExcludingSchedule):
+        after = max(now, timing.start_at) if timing.start_at else now
+        found = schedule.excluded_ahead(after, upcoming[-1][0] if upcoming else after)
+        excluded = [(f, why) for f, why in found if timing.end_at is None or f <= timing.end_at]
+    return Preview(schedule, describe(expression), upcoming, excluded)

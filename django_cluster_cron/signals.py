@@ -11,9 +11,14 @@ committed; a receiver that raises is logged and does not affect the run.
 * ``run_retrying`` — an attempt failed and the next is scheduled; ``error``, ``delay`` (seconds).
 * ``run_skipped`` — the overlap policy skipped the run at execution time.
 * ``run_lost`` — its worker stopped heartbeating; ``retried`` says whether it goes again.
+* ``run_cancelled`` — it ended after its cancel was asked for (it is never retried); ``by``
+  says who asked (empty if the task raised ``RunCancelled`` itself), ``outcome`` what its body
+  had done.
 
-One signal is about a job: ``job_auto_paused`` (``sender=JobDefinition``, ``job=<the job>``,
-``failures``, ``run_ids``) — its ``pause_after_failures`` policy paused it.
+Two signals are about a job (``sender=JobDefinition``, ``job=<the job>``): ``job_auto_paused``
+(``failures``, ``run_ids``) — its ``pause_after_failures`` policy paused it; ``job_resumed``
+(``slots_not_run``) — it was resumed, and that many of its slots fell while it was paused (they
+are not caught up).
 """
 
 from __future__ import annotations
@@ -31,7 +36,9 @@ run_failed = Signal()
 run_retrying = Signal()
 run_skipped = Signal()
 run_lost = Signal()
+run_cancelled = Signal()
 job_auto_paused = Signal()
+job_resumed = Signal()
 
 
 def send(signal: Signal, run: Any, **extra: Any) -> None:

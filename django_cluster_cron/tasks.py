@@ -2,7 +2,7 @@
 
 A scheduled run arrives as its job's own task; at ``worker_init`` every task class the worker
 has gets the wrapper that claims the run before the body (:mod:`django_cluster_cron.worker.
-around`). ``django_cluster_cron.execute_run(run_id, attempt)`` stays for messages in the form
+celery`). ``django_cluster_cron.execute_run(run_id, attempt)`` stays for messages in the form
 workers before 0.2 ran (queued before an upgrade, or sent while older workers were up); the
 leader sends that form until every worker registers ``django_cluster_cron.runs_job_tasks``,
 which says "this worker claims runs sent as the job's own task".
@@ -24,9 +24,17 @@ from celery.signals import (
 
 from .dbconn import forget_inherited
 from .ledger.statements import use_own_connection
-from .worker.around import install, run_delivered, run_headers
-from .worker.execute import execute
-from .worker.record import on_revoked, on_unknown
+from .wire import run_ref
+from .wire.celery import headers_ref, named_in_headers
+from .worker.celery import (
+    execute,
+    install,
+    on_revoked,
+    on_unknown,
+    remember_pool,
+    revoked_ref,
+    run_delivered,
+)
 
 
 # acks_late + reject_on_worker_lost: a message whose worker process died before it could claim the
@@ -41,14 +49,15 @@ from .worker.record import on_revoked, on_unknown
     reject_on_worker_lost=True,
 )
 def execute_run(self: Any, run_id: Any = None, attempt: Any = 1, *extra: Any, **named: Any) -> Any:
-    sent_for = None if self.request.called_directly else run_headers(self.request)
+    sent_for = None if self.request.called_directly else named_in_headers(self.request)
     if sent_for is not None and sent_for != (run_id, attempt):
         # Sent as a job's own task: a job whose task is this one (its row edited past the
         # validation that refuses it). The run is claimed and fails as an invalid job.
-        return run_delivered(self, sent_for, lambda: None)
+        return run_delivered(self, lambda: None)
     # Forged or corrupted messages (wrong arity, strings, None) are rejected inside, with a log
     # line, instead of failing in Celery's argument binding.
-    execute(self, run_id, attempt if not (extra or named) else None)
+    given = attempt if not (extra or named) else None
+    execute(self, run_ref(run_id, given, self.request.id), [run_id, given])
     return None
 
 
@@ -66,6 +75,7 @@ def _wrap_tasks(sender: Any = None, **info: Any) -> None:
     close around every task (it would cost each run a new connection). Not with green threads
     (gevent, eventlet): each would keep a connection of its own."""
     use_own_connection(not _green_pool(sender))
+    remember_pool(sender)
     app = getattr(sender, "app", None)
     if app is not None:
         install(app, getattr(sender, "hostname", None))
@@ -91,17 +101,8 @@ def _record_revoked(sender: Any = None, request: Any = None, **info: Any) -> Non
     """A revoked or expired message of a run: say so in the run's row (see on_revoked)."""
     if request is None:
         return
-    named: tuple[object, object] | None
-    if getattr(sender, "name", None) == execute_run.name:
-        args = list(getattr(request, "args", None) or ())
-        named = (args[0] if args else None, args[1] if len(args) > 1 else 1)
-    else:
-        named = run_headers(request)  # Celery's Context of the message: its headers
-    if named is None:
-        return
     on_revoked(
-        request,
-        named,
+        revoked_ref(getattr(sender, "name", None), request),
         terminated=bool(info.get("terminated")),
         signum=info.get("signum"),
         expired=bool(info.get("expired")),
@@ -112,9 +113,8 @@ def _record_revoked(sender: Any = None, request: Any = None, **info: Any) -> Non
 def _record_unknown(sender: Any = None, message: Any = None, name: Any = None, **info: Any) -> None:
     """A run sent as a task this worker does not have: Celery drops the message; say so in the
     run's row instead of leaving it queued."""
-    named = run_headers(getattr(message, "headers", None) or {})
-    if named is not None:
-        on_unknown(named, str(info.get("id") or ""), str(name))
+    headers = getattr(message, "headers", None) or {}
+    on_unknown(headers_ref(headers, str(info.get("id") or "")), str(name))
 
 
 @worker_init.connect

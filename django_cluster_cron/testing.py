@@ -44,45 +44,61 @@ def run_due(now: datetime | None = None, *, execute: bool = True) -> list[Any]:
     """Decide every slot due at ``now`` (default: the database's time) as the leader would, and
     run each recorded run's task here and now; return the runs recorded, oldest slot first.
 
-    The planner, the catch-up window and policy, the overlap policy and the unique slot are the
-    real ones, and so is the ledger: missed and skipped slots are recorded as the scheduler
-    records them. Each run is delivered as its job's own task with Celery's ``apply()`` (in-process:
-    no broker, no worker; Celery's task signals fire as on a worker), or, for a ``django.tasks``
-    task, as the wrapper a backend's worker runs, on an immediate backend; so its claim, its
-    status and its retries are the real ones too; a retry is
-    recorded as ``retrying`` and not run again (call ``run_due`` later, or ``execute=False`` to
-    only record). Jobs whose overlap policy takes a lock need a lease backend: set
-    ``CLUSTER_CRON["LEASE_BACKEND"] = "memory"`` in test settings if there is no Redis.
+    The planner, the catch-up window and policy, the overlap policy and the unique slot are
+    the real ones, and so is the ledger: missed and skipped slots are recorded as the
+    scheduler records them. Each run is delivered as its job's own task with Celery's
+    ``apply()`` (in-process: no broker, no worker; Celery's task signals fire as on a
+    worker), or, for a ``django.tasks`` task, as the wrapper a backend's worker runs, on an
+    immediate backend; so its claim, its status and its retries are the real ones too; a
+    retry is recorded as ``retrying`` and not run again (call ``run_due`` later, or
+    ``execute=False`` to only record). Runs an overlap policy held back (``buffer_all``) run
+    here too, in their turn. Jobs whose overlap policy takes a lock need a lease backend:
+    set ``CLUSTER_CRON["LEASE_BACKEND"] = "memory"`` in test settings if there is no Redis.
     """
     from . import djtasks
     from .celery_app import get_celery_app
     from .dbtime import database_now
     from .djtasks_app import resolve_task
     from .ledger.fence import Fence
-    from .ledger.outbox import mark_published
-    from .models import JobRun
+    from .ledger.outbox import OutboxMessage, mark_published
+    from .models import JobRun, RunStatus
     from .scheduler.recording import Recorder
-    from .worker.around import deliver_here
+    from .worker.celery import deliver_here
 
     now = now or database_now()
     recorder = Recorder()
     fence = Fence.claim(TEST_NODE, f"{TEST_NODE}:{uuid.uuid4().hex}")
     recorded: list[str] = []
+
+    def deliver(messages: list[Any]) -> None:
+        # Due at ``now`` by definition, even if the database's own clock has not got there yet
+        # (a test that plays "tomorrow at 03:00"): the claim compares with that clock.
+        JobRun.objects.filter(pk__in=[m.run_id for m in messages]).update(due_at=None)
+        for message in messages:
+            if resolve_task(message.task) is not None:
+                djtasks.deliver_here(message)
+            else:
+                deliver_here(get_celery_app(), message)
+
     while True:
         batch = recorder.schedule_due(now=now, fence=fence, node_id=TEST_NODE, limit=500)
         recorded += [m.task_id for m in batch.messages]
         mark_published(batch.messages, now=now, fence=fence)
         if execute:
-            # Due at ``now`` by definition, even if the database's own clock has not got there
-            # yet (a test that plays "tomorrow at 03:00"): the claim compares with that clock.
-            JobRun.objects.filter(pk__in=[m.run_id for m in batch.messages]).update(due_at=None)
-            for message in batch.messages:
-                if resolve_task(message.task) is not None:
-                    djtasks.deliver_here(message)
-                else:
-                    deliver_here(get_celery_app(), message)
+            deliver(batch.messages)
         if batch.jobs < 500:
             break
+    # Runs their job's overlap policy held back (buffer_all, cancel_other) go in their turn, as
+    # each run ahead ends: each released run is delivered here too, oldest slot first.
+    while execute:
+        held = JobRun.objects.filter(
+            dispatched_by=TEST_NODE, status__in=(RunStatus.PENDING, RunStatus.QUEUED)
+        ).exclude(task_id__in=recorded)
+        released = [OutboxMessage.for_run(run) for run in held.select_related("job")]
+        if not released:
+            break
+        recorded += [m.task_id for m in released]
+        deliver(sorted(released, key=lambda message: message.scheduled_for))
     runs = JobRun.objects.filter(task_id__in=recorded).select_related("job")
     return sorted(runs, key=lambda run: (run.scheduled_for, run.job_id))
 

@@ -129,6 +129,8 @@ STATES = {
     "skipped": (560, 70, GREY_BG, MUTED),
     "missed": (250, 70, GREY_BG, MUTED),
     "cancelled": (300, 390, GREY_BG, MUTED),
+    "buffered": (120, 330, AMBER_BG, AMBER),
+    "terminating": (720, 390, AMBER_BG, AMBER),
 }
 BOX_W, BOX_H = 110, 36
 
@@ -179,6 +181,17 @@ def lifecycle() -> Svg:
     label(430, 382, "operator: cancel")
     svg.path("M820,318 L820,465 L150,465 L150,230", color=RED, dash=True)
     label(480, 458, "operator: retry (same run, attempt + 1)")
+    # Held back by the overlap policy (buffer_all, cancel_other, terminate_other), released in
+    # slot order; a cancel that outlasts its grace, terminated.
+    svg.path("M43,216 L22,236 L22,330 L65,330", color=AMBER)
+    label(28, 300, "held back", anchor="start")
+    svg.line(140, 312, 180, 228, color=AMBER)
+    label(166, 282, "its turn", anchor="start")
+    svg.line(610, 228, 700, 372, color=AMBER)
+    label(692, 336, "cancel past", anchor="start")
+    label(692, 350, "its grace", anchor="start")
+    svg.path("M665,400 L620,420 L355,400", color=AMBER)
+    label(520, 426, "terminated")
     return svg
 
 

@@ -6,7 +6,8 @@
 #   DATABASE_URL=mysql://root@127.0.0.1:3306/test scripts/test.sh   # MySQL/MariaDB
 #   REDIS_URL=redis://127.0.0.1:6379/15 scripts/test.sh   # an existing Redis (db is flushed!)
 #   TEST_WORKERS=0 scripts/test.sh   # one process (default 3 pytest-xdist workers: the tests
-#                                    # mostly wait on processes and servers, so 3 help on 2 cores)
+#                                    # mostly wait on processes and servers, so 3 help on 2 cores;
+#                                    # an idle worker takes tests queued on a busy one, worksteal)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -20,4 +21,4 @@ if [ -n "${REDIS_URL:-}" ] && [ "$workers" != 0 ]; then
     echo "test: REDIS_URL is set, so the tests run in one process (TEST_WORKERS ignored)"
     workers=0
 fi
-exec .venv/bin/python -m pytest -n "$workers" "$@"
+exec .venv/bin/python -m pytest -n "$workers" --dist worksteal "$@"

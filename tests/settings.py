@@ -200,6 +200,9 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TIMEZONE = "UTC"
 CELERY_ENABLE_UTC = True
+if os.environ.get("TEST_RESULT_BACKEND") == "redis":
+    # A worker that stores task states (tests/cluster/test_cancel_processes.py reads them).
+    CELERY_RESULT_BACKEND = REDIS_URL
 
 CLUSTER_CRON = {
     "REDIS_ALIAS": "default",

@@ -15,21 +15,13 @@ from ..ops.status import cluster_status, force_release_lock
 from ..ops.views import DETAILS_PERMISSION
 from .declared import left_out
 from .display import COLOURS, badge
+from .readonly import ReadOnlyAdmin
 
 
 @admin.register(ClusterStatus)
-class ClusterStatusAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class ClusterStatusAdmin(ReadOnlyAdmin):
     """Listed in the admin index as "Cluster status"; its list page is the status page, shown to
     users with the permission to view the cluster status (``view_clusterstatus``)."""
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         # The page only: the leader row itself (its owner token) is never shown.

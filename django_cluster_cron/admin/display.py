@@ -1,5 +1,5 @@
-"""Small renderers shared by the admin pages: timestamps, status badges, the run strip,
-durations.
+"""Small renderers shared by the admin pages: timestamps (and the columns that show them),
+status badges, the run strip, durations.
 
 One rule for every timestamp the admin shows (:func:`moment`): to the second, with its zone's
 abbreviation, in the job's time zone where the time belongs to a job (its slots, its runs, its
@@ -9,10 +9,11 @@ history) and in UTC elsewhere (the cluster page); hovering shows it in UTC to th
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone, tzinfo
 from typing import Any
 
+from django.contrib import admin
 from django.db import connection
 from django.db.models import F, Min, Window
 from django.db.models.functions import RowNumber
@@ -36,6 +37,8 @@ COLOURS: dict[str, str] = {
     RunStatus.SKIPPED: "#9e9e9e",
     RunStatus.CANCELLED: "#5d4037",
     RunStatus.UNCERTAIN: "#f9a825",
+    RunStatus.BUFFERED: "#b0bec5",
+    RunStatus.TERMINATING: "#6d4c41",
 }
 AHEAD_COLOUR = "#b0bec5"
 RECENT_RUNS = 20
@@ -78,6 +81,20 @@ def moment(
         shown,
         local.tzname() or "UTC",
     )
+
+
+def moment_column(
+    field: str, description: str, *, ordering: str | None = None, day: str | None = None
+) -> Callable[[Any, JobDefinition | JobRun], SafeString | str]:
+    """An admin column (or read-only field) that shows the timestamp ``field`` as :func:`moment`
+    does, in the job's time zone: the object's own (a job) or its job's (a run). ``day`` names the
+    field whose date it leaves out when it is the same (a run's start beside its slot)."""
+
+    def column(model_admin: Any, obj: JobDefinition | JobRun) -> SafeString | str:
+        job = obj.job if isinstance(obj, JobRun) else obj
+        return moment(getattr(obj, field), zone_of(job), day=getattr(obj, day) if day else None)
+
+    return admin.display(description=description, ordering=ordering)(column)
 
 
 def badge(status: str, why: str = "") -> SafeString:

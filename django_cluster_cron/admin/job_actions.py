@@ -218,7 +218,11 @@ class JobOperations(AuditedAdmin, admin.ModelAdmin):  # type: ignore[type-arg]
         if refused := self._refused_if_deleted(request, job):
             return refused
         try:
-            run = actions.run_now(job, by=f"admin:{request.user.get_username()}")
+            run = actions.run_now(
+                job,
+                by=f"admin:{request.user.get_username()}",
+                overlap_policy=request.POST.get("overlap_policy") or None,
+            )
         except ActionRefused as exc:
             self.message_user(request, str(exc), messages.ERROR)
             return self._back(job)
@@ -238,9 +242,15 @@ class JobOperations(AuditedAdmin, admin.ModelAdmin):  # type: ignore[type-arg]
         if request.method == "POST" and form.is_valid():
             start, end = form.cleaned_data["start"], form.cleaned_data["end"]
             try:
+                policy = form.cleaned_data["overlap_policy"] or None
+                actions.overlap_override(job, policy)
                 if "confirm" in request.POST:
                     runs = actions.backfill(
-                        job, start, end, by=f"admin:{request.user.get_username()}"
+                        job,
+                        start,
+                        end,
+                        by=f"admin:{request.user.get_username()}",
+                        overlap_policy=policy,
                     )
                     self.log_change(request, job, f"Backfill {start} to {end}: {len(runs)} runs.")
                     self.message_user(

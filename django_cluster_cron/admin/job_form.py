@@ -18,12 +18,10 @@ from ..celery_app import registered_task_names
 from ..core.catchup import PLAIN
 from ..core.cron import seconds_first_habit
 from ..core.errors import ScheduleError
-from ..core.exclusions import ExcludingSchedule
-from ..core.schedules import parse
 from ..core.timezones import available_timezones
 from ..core.timing import SlotTiming
-from ..describe import describe
-from ..models import DEFINITION_FIELDS, JobDefinition
+from ..describe import preview
+from ..models import DEFINITION_FIELDS, JobDefinition, OverlapPolicy
 from ..redaction import ARGUMENT_FIELDS, redact, restore
 from ..validation import MAX_JITTER, MAX_JSON_DEPTH
 
@@ -47,11 +45,10 @@ def preview_html(
     if not cron.strip():
         return format_html("{}", "Type a schedule to see its next runs.")
     try:
-        # Not the cached parser: input is arbitrary.
-        schedule = parse(cron, zone, timing.start_at, exclusions)
+        found = preview(cron, zone, now, PREVIEW_COUNT, timing, exclusions)
     except ScheduleError as exc:
         return format_html('<p class="dcc-preview-error">No preview: {}</p>', exc)
-    upcoming = timing.upcoming(schedule, now, PREVIEW_COUNT)
+    schedule, upcoming = found.schedule, found.upcoming
     jittered = timing.jitter > timedelta(0)
     rows = (
         (
@@ -76,37 +73,21 @@ def preview_html(
         notes.append(f"{'Ended' if ended else 'Ends'} {ends:%Y-%m-%d %H:%M:%S %Z}.")
     if not upcoming:
         notes.append("No more runs: the job is finished.")
-    if isinstance(schedule, ExcludingSchedule):
-        skipped = excluded_ahead(schedule, now, timing, upcoming)
-        if skipped:
-            listed = "; ".join(
-                f"{reason}, first run skipped {fire.astimezone(schedule.zone):%a %H:%M %Z}"
-                for fire, reason in skipped
-            )
-            notes.append(f"Excluded: {listed}.")
+    if found.excluded:
+        listed = "; ".join(
+            f"{reason}, first run skipped {fire.astimezone(schedule.zone):%a %H:%M %Z}"
+            for fire, reason in found.excluded
+        )
+        notes.append(f"Excluded: {listed}.")
     return format_html(
         '<p>{}</p><p>{}</p><table class="dcc-upcoming"><thead><tr><th>{}</th><th>UTC</th>'
         "<th>{}</th><th>DST</th></tr></thead><tbody>{}</tbody></table>",
-        describe(cron),
+        found.words,
         " ".join(notes),
         zone,
         "jitter" if jittered else "",
         format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>", rows),
     )
-
-
-def excluded_ahead(
-    schedule: ExcludingSchedule,
-    now: datetime,
-    timing: SlotTiming,
-    upcoming: list[tuple[datetime, datetime]],
-) -> list[tuple[datetime, str]]:
-    """The dates the exclusions leave out among the runs listed, and the next ones beyond them
-    however far ahead (a few at least), inside the job's active period."""
-    after = max(now, timing.start_at) if timing.start_at else now
-    until = upcoming[-1][0] if upcoming else after
-    found = schedule.excluded_ahead(after, until)
-    return [(fire, why) for fire, why in found if timing.end_at is None or fire <= timing.end_at]
 
 
 def timing_from_query(query: Any) -> SlotTiming:
@@ -332,6 +313,13 @@ POLICY_HELP = {
 class BackfillForm(forms.Form):
     start = forms.DateTimeField(help_text="From (exclusive), in the server's time zone.")
     end = forms.DateTimeField(help_text="To (inclusive); must be in the past.")
+    overlap_policy = forms.ChoiceField(
+        choices=OverlapPolicy.choices,
+        initial=OverlapPolicy.BUFFER_ALL,
+        required=False,
+        help_text="What the backfill's runs do while a run of it is going: by default they wait "
+        "their turn and run one at a time, in slot order.",
+    )
 
 
 class PauseForm(forms.Form):

@@ -1,46 +1,26 @@
-"""The jobs pages: the list (run strips, state, next run) and the change form's columns; the form
-itself is in job_form.py, the operator actions and pages in job_actions.py."""
+"""The jobs pages: the list (its filters, the runs loaded for a page) and the change form's
+fields and permissions; the list's columns and the form's read-only fields are in
+job_columns.py, the form itself in job_form.py, the operator actions and pages in
+job_actions.py."""
 
 from __future__ import annotations
 
-import json
-from datetime import datetime
 from typing import Any, cast
 
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
 from django.db.models import OuterRef, QuerySet, Subquery
-from django.http import (
-    HttpRequest,
-)
-from django.urls import reverse
+from django.http import HttpRequest
 from django.utils import timezone
-from django.utils.html import format_html
-from django.utils.safestring import SafeString
 
 from ..declared import CODE_FIELDS
-from ..describe import describe
-from ..models import JobDefinition, JobRun, RunStatus
-from ..redaction import ARGUMENT_FIELDS, redact
-from .charts import run_timeline
-from .declared import left_out, left_out_note
-from .display import (
-    RECENT_RUNS,
-    ahead_due_by_job,
-    moment,
-    not_ahead,
-    recent_runs_by_job,
-    run_strip,
-    success_rate,
-    zone_of,
-)
+from ..models import JobDefinition, JobRun, OverlapPolicy, RunStatus
+from ..redaction import ARGUMENT_FIELDS
+from .declared import left_out
+from .display import ahead_due_by_job, not_ahead, recent_runs_by_job
 from .job_actions import DELETED_READ_ONLY, JobOperations
-from .job_form import (
-    POLICY_HELP,
-    PREVIEW_COUNT,
-    JobDefinitionForm,
-    preview_html,
-)
+from .job_columns import JobColumns
+from .job_form import POLICY_HELP, JobDefinitionForm
 from .lookups import list_lookup_allowed
 
 
@@ -89,7 +69,7 @@ class JobChangeList(ChangeList):
 
 
 @admin.register(JobDefinition)
-class JobDefinitionAdmin(JobOperations):
+class JobDefinitionAdmin(JobColumns, JobOperations):
     form = JobDefinitionForm
 
     class Media:
@@ -117,6 +97,7 @@ class JobDefinitionAdmin(JobOperations):
     search_fields = ("name", "task", "description")
     list_per_page = 50
     readonly_fields = (
+        "buffered_shown",
         "defined_in",
         "upcoming",
         "history_chart",
@@ -151,7 +132,7 @@ class JobDefinitionAdmin(JobOperations):
                 "fields": (
                     "catchup_policy",
                     "catchup_window",
-                    "overlap_policy",
+                    ("overlap_policy", "max_buffered", "buffered_shown"),
                     ("max_runs", "scheduled_runs"),
                     ("pause_after_failures", "consecutive_failures"),
                 )
@@ -166,6 +147,8 @@ class JobDefinitionAdmin(JobOperations):
                     "retry_backoff_max",
                     "on_worker_lost",
                     "on_uncertain",
+                    "cancel_interrupts",
+                    "cancel_grace",
                     "soft_time_limit",
                     "time_limit",
                 )
@@ -243,24 +226,6 @@ class JobDefinitionAdmin(JobOperations):
             for title, options in fieldsets
         ]
 
-    @admin.display(description="args")
-    def args_shown(self, job: JobDefinition) -> str:
-        return json.dumps(redact(job.args), ensure_ascii=False)
-
-    @admin.display(description="kwargs")
-    def kwargs_shown(self, job: JobDefinition) -> str:
-        return json.dumps(redact(job.kwargs), ensure_ascii=False)
-
-    @admin.display(description="Defined in")
-    def defined_in(self, job: JobDefinition) -> str:
-        if job.source == "code":
-            return (
-                f"code, at {job.code_origin}: the schedule, the task and the options are "
-                "changed there and synced (manage.py sync_jobs, or migrate)"
-                + left_out_note(job.name)
-            )
-        return "the admin (or the API)"
-
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         # Hard delete (with the whole run history) stays with superusers; operators soft-delete.
         return bool(request.user.is_superuser)
@@ -276,121 +241,6 @@ class JobDefinitionAdmin(JobOperations):
             actions.pop("delete_selected", None)
         return actions
 
-    # -- list columns --------------------------------------------------------------------
-
-    @admin.display(description="schedule", ordering="cron")
-    def schedule(self, job: JobDefinition) -> SafeString:
-        return format_html(
-            '<code class="dcc-cron">{}</code><br><small class="dcc-words">{}</small>',
-            job.cron,
-            describe(job.cron),
-        )
-
-    @admin.display(description="state", ordering="enabled")
-    def state(self, job: JobDefinition) -> SafeString:
-        if job.deleted_at is not None:
-            return format_html('<span style="color:{}">{}</span>', "#b71c1c", "deleted")
-        finished = job.finished_reason(timezone.now())
-        if finished:
-            return format_html(
-                '<span style="color:{}">{}</span><br><small>{}</small>',
-                "#455a64",
-                "finished",
-                finished.removeprefix("finished: "),
-            )
-        if job.enabled:
-            return format_html('<span style="color:{}">{}</span>', "#2e7d32", "enabled")
-        note = format_html("<br><small>{}</small>", job.pause_note) if job.pause_note else ""
-        return format_html('<span style="color:{}">{}</span>{}', "#ef6c00", "paused", note)
-
-    @admin.display(description="name", ordering="name")
-    def job_name(self, job: JobDefinition) -> SafeString:
-        return format_html(
-            '<span class="dcc-name" title="{}">{}</span><br><small class="dcc-task" title="{}">{}'
-            "</small>",
-            job.name,
-            job.name,
-            job.task,
-            job.task,
-        )
-
-    @admin.display(description="next run", ordering="next_run_at")
-    def next_run(self, job: JobDefinition) -> SafeString | str:
-        return self._next_run(job, getattr(job, "ahead_due", None))
-
-    @admin.display(description="next run at")
-    def next_run_shown(self, job: JobDefinition) -> SafeString | str:
-        ahead = ahead_due_by_job([job.pk], timezone.now()) if job.pk else {}
-        return self._next_run(job, ahead.get(job.pk))
-
-    def _next_run(self, job: JobDefinition, ahead_due: datetime | None) -> SafeString | str:
-        """The next run: one recorded ahead of its time if there is one (``next_run_at`` is
-        then the instant after it), else ``next_run_at``."""
-        if ahead_due is None:
-            return moment(job.next_run_at, zone_of(job))
-        return format_html(
-            '{}<br><small class="dcc-rate" title="recorded ahead of its time; its message is '
-            'sent then">recorded</small>',
-            moment(ahead_due, zone_of(job)),
-        )
-
-    @admin.display(description="last scheduled slot")
-    def last_scheduled_shown(self, job: JobDefinition) -> SafeString | str:
-        return moment(job.last_scheduled_at, zone_of(job))
-
-    @admin.display(description="created")
-    def created_shown(self, job: JobDefinition) -> SafeString | str:
-        return moment(job.created_at, zone_of(job))
-
-    @admin.display(description="updated")
-    def updated_shown(self, job: JobDefinition) -> SafeString | str:
-        return moment(job.updated_at, zone_of(job))
-
-    @admin.display(description="deleted")
-    def deleted_shown(self, job: JobDefinition) -> SafeString | str:
-        return moment(job.deleted_at, zone_of(job))
-
-    @admin.display(description="last runs")
-    def history_chart(self, job: JobDefinition) -> SafeString | str:
-        if job._state.adding:  # the add form: no runs yet
-            return "—"
-        return run_timeline(JobRun.objects.filter(job=job), zone_of(job))
-
-    def _recent(self, job: JobDefinition) -> list[dict[str, Any]]:
-        recent = getattr(job, "recent_runs", None)
-        if recent is None:  # outside the changelist (e.g. a detail page): one query
-            recent = recent_runs_by_job([job.pk]).get(job.pk, [])
-        return list(recent)
-
-    @admin.display(description=f"last {RECENT_RUNS} runs")
-    def recent(self, job: JobDefinition) -> SafeString | str:
-        url = reverse("admin:django_cluster_cron_jobrun_changelist") + f"?job__id__exact={job.pk}"
-        recent = self._recent(job)
-        return format_html(
-            '<a href="{}">{}</a><small class="dcc-rate">{}</small>',
-            url,
-            run_strip(recent, zone_of(job)),
-            "" if (rate := success_rate(recent)) == "—" else f"{rate} succeeded",
-        )
-
-    @admin.display(description=f"next {PREVIEW_COUNT} runs")
-    def upcoming(self, job: JobDefinition) -> SafeString:
-        # The form's script re-fetches this box from preview_view as the operator types, so the
-        # add form previews too, not only a saved job.
-        return format_html(
-            '<div class="dcc-preview" data-preview-url="{}" data-job="{}" aria-live="polite">{}'
-            "</div>",
-            reverse("admin:django_cluster_cron_job_preview"),
-            job.pk or "",
-            preview_html(
-                job.cron,
-                job.timezone,
-                timezone.now(),
-                job.timing(),
-                job.exclusions if isinstance(job.exclusions, list) else None,
-            ),
-        )
-
     def render_change_form(
         self, request: HttpRequest, context: dict[str, Any], *args: Any, **kwargs: Any
     ) -> Any:
@@ -401,5 +251,6 @@ class JobDefinitionAdmin(JobOperations):
             can_pause=self.has_pause_permission(request),
             can_run=self.has_run_permission(request),
             can_backfill=self.has_backfill_permission(request),
+            overlap_choices=OverlapPolicy.choices,
         )
         return super().render_change_form(request, context, *args, **kwargs)

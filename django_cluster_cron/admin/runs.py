@@ -8,10 +8,17 @@ from typing import Any, cast
 from django.contrib import admin, messages
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.views.main import ChangeList
+from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db.models import Max, Min, QuerySet
-from django.http import HttpRequest
-from django.urls import reverse
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+)
+from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.functional import cached_property
 from django.utils.html import format_html
@@ -19,12 +26,15 @@ from django.utils.safestring import SafeString
 
 from .. import actions
 from ..actions import ActionRefused
-from ..models import JobDefinition, JobRun
+from ..models import JobDefinition, JobRun, RunStatus
 from ..validation import whole_number
-from .display import duration_text, moment, run_badge, zone_of
+from .display import duration_text, moment_column, run_badge
 from .lookups import list_lookup_allowed
+from .readonly import ReadOnlyAdmin
 
 COUNT_CAP = 10_000
+# Statuses whose reason the list shows under the badge: why the slot did not run, or waits.
+NOT_RUN = (RunStatus.SKIPPED, RunStatus.MISSED, RunStatus.CANCELLED, RunStatus.BUFFERED)
 JOB_FILTER_CHOICES = 30
 
 
@@ -114,7 +124,7 @@ class JobFilter(admin.SimpleListFilter):
 
 
 @admin.register(JobRun)
-class JobRunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class JobRunAdmin(ReadOnlyAdmin):
     # What an operator scans, narrow enough for 1,366 px: the slot opens the run; the trigger and
     # a retry's attempt sit under the status; the run's id, when it was queued and finished, who
     # dispatched it and the epoch are on the run's page.
@@ -135,6 +145,7 @@ class JobRunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     paginator = CappedCountPaginator
     list_per_page = 100
     actions = ("retry_runs", "cancel_runs")
+    change_form_template = "admin/django_cluster_cron/jobrun/change_form.html"
     fieldsets = (
         (
             None,
@@ -154,7 +165,11 @@ class JobRunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 )
             },
         ),
-        ("Where", {"fields": ("worker", "backend_result_id", "dispatched_by", "epoch")}),
+        (
+            "Where",
+            {"fields": ("worker", "worker_pool", "backend_result_id", "dispatched_by", "epoch")},
+        ),
+        ("Cancel", {"fields": ("cancel_asked", "cancel_requested_by")}),
         ("Outcome", {"fields": ("reason", "result", "error", "traceback_block")}),
     )
     readonly_fields = (
@@ -172,9 +187,12 @@ class JobRunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "took",
         "retry",
         "worker",
+        "worker_pool",
         "backend_result_id",
         "dispatched_by",
         "epoch",
+        "cancel_asked",
+        "cancel_requested_by",
         "reason",
         "result",
         "error",
@@ -194,15 +212,6 @@ class JobRunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def lookup_allowed(self, lookup: str, value: Any, request: HttpRequest | None = None) -> bool:
         return list_lookup_allowed(self, lookup, value, request)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         # The view permission alone: Django's default also lets the (unused) change permission
@@ -224,41 +233,29 @@ class JobRunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     @admin.display(description="status", ordering="status")
     def status_and_trigger(self, run: JobRun) -> SafeString:
         attempt = f", attempt {run.attempt}" if run.attempt > 1 else ""
+        why = ""
+        if run.status in NOT_RUN and run.reason:  # why its slot did not run, in the list
+            why = run.reason if len(run.reason) <= 90 else run.reason[:89] + "…"
         return format_html(
-            '{}<small class="dcc-rate">{}{}</small>',
+            '{}<small class="dcc-rate">{}{}</small>{}',
             run_badge(run, timezone.now()),
             run.get_trigger_display(),
             attempt,
+            format_html('<small class="dcc-why" title="{}">{}</small>', run.reason, why)
+            if why
+            else "",
         )
 
-    @admin.display(description="slot", ordering="scheduled_for")
-    def slot(self, run: JobRun) -> SafeString | str:
-        return moment(run.scheduled_for, zone_of(run.job))
-
-    @admin.display(description="started", ordering="started_at")
-    def started(self, run: JobRun) -> SafeString | str:
-        """The start beside its slot: the date only when it is not the slot's."""
-        return moment(run.started_at, zone_of(run.job), day=run.scheduled_for)
-
-    @admin.display(description="started")
-    def started_full(self, run: JobRun) -> SafeString | str:
-        return moment(run.started_at, zone_of(run.job))
-
-    @admin.display(description="queued")
-    def queued(self, run: JobRun) -> SafeString | str:
-        return moment(run.queued_at, zone_of(run.job))
-
-    @admin.display(description="last heartbeat")
-    def heartbeat(self, run: JobRun) -> SafeString | str:
-        return moment(run.heartbeat_at, zone_of(run.job))
-
-    @admin.display(description="finished")
-    def finished(self, run: JobRun) -> SafeString | str:
-        return moment(run.finished_at, zone_of(run.job))
-
-    @admin.display(description="next attempt at")
-    def retry(self, run: JobRun) -> SafeString | str:
-        return moment(run.retry_at, zone_of(run.job))
+    slot = moment_column("scheduled_for", "slot", ordering="scheduled_for")
+    # The start beside its slot: the date only when it is not the slot's.
+    started = moment_column("started_at", "started", ordering="started_at", day="scheduled_for")
+    started_full = moment_column("started_at", "started")
+    queued = moment_column("queued_at", "queued")
+    heartbeat = moment_column("heartbeat_at", "last heartbeat")
+    finished = moment_column("finished_at", "finished")
+    retry = moment_column("retry_at", "next attempt at")
+    due = moment_column("due_at", "due (sent no earlier)")
+    cancel_asked = moment_column("cancel_requested_at", "cancel asked at")
 
     @admin.display(description="worker", ordering="worker")
     def worker_short(self, run: JobRun) -> SafeString | str:
@@ -269,10 +266,6 @@ class JobRunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     @admin.display(description="status", ordering="status")
     def status_badge(self, run: JobRun) -> SafeString:
         return run_badge(run, timezone.now())
-
-    @admin.display(description="due (sent no earlier)")
-    def due(self, run: JobRun) -> SafeString | str:
-        return moment(run.due_at, zone_of(run.job))
 
     @admin.display(description="took", ordering="duration")
     def took(self, run: JobRun) -> str:
@@ -301,12 +294,42 @@ class JobRunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def retry_runs(self, request: HttpRequest, queryset: QuerySet[JobRun]) -> None:
         self._each(request, queryset, "Retried", actions.retry)
 
-    @admin.action(description="Cancel selected waiting runs", permissions=["cancel"])
+    @admin.action(description="Cancel selected runs (waiting or running)", permissions=["cancel"])
     def cancel_runs(self, request: HttpRequest, queryset: QuerySet[JobRun]) -> None:
+        self._each(request, queryset, "Cancelled or asked to stop", self._canceller(request))
+
+    def _canceller(self, request: HttpRequest) -> Any:
         by = request.user.get_username()
-        self._each(
-            request,
-            queryset,
-            "Cancelled",
-            lambda run: actions.cancel(run, reason=f"cancelled by {by}"),
-        )
+        return lambda run: actions.cancel(run, reason=f"cancelled by {by}", by=by)
+
+    # -- the run's page: its cancel button ----------------------------------------------
+
+    def get_urls(self) -> list[Any]:
+        cancel = self.admin_site.admin_view(self.cancel_view)
+        return [
+            path("<int:pk>/cancel/", cancel, name="django_cluster_cron_run_cancel"),
+            *super().get_urls(),
+        ]
+
+    def cancel_view(self, request: HttpRequest, pk: int) -> HttpResponse:
+        if not self.has_cancel_permission(request):
+            raise PermissionDenied
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        run = self.get_object(request, str(pk))
+        if run is None:
+            raise Http404
+        try:
+            run = self._canceller(request)(run)
+        except ActionRefused as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+        else:
+            self.log_change(request, run, "Cancelled or asked to stop.")
+            self.message_user(request, actions.cancel_outlook(run), messages.SUCCESS)
+        return HttpResponseRedirect(reverse("admin:django_cluster_cron_jobrun_change", args=[pk]))
+
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: Any = None
+    ) -> HttpResponse:
+        context = {**(extra_context or {}), "can_cancel": self.has_cancel_permission(request)}
+        return super().change_view(request, object_id, form_url, context)

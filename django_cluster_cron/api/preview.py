@@ -12,10 +12,8 @@ from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from ..core.exclusions import ExcludingSchedule
-from ..core.schedules import parse as parse_schedule
 from ..core.timing import SlotTiming
-from ..describe import describe
+from ..describe import preview
 from ..models import JobDefinition
 from .replies import APP
 from .schema import ClusterCronSchema
@@ -46,30 +44,24 @@ class PreviewView(ApiView):
             start, end, timedelta(seconds=jitter), data.get("job", 0) if jitter else 0
         )
         now = datetime.now(timezone.utc)
+        exclusions = data.get("exclusions") or None
         try:
-            schedule = parse_schedule(cron, zone, start, data.get("exclusions") or None)
-            upcoming = timing.upcoming(schedule, now, data["count"])
-            words = describe(cron)
+            found = preview(cron, zone, now, data["count"], timing, exclusions)
         except ValueError as exc:  # ScheduleError names the input that is wrong
             field = getattr(exc, "field", None)
             raise ValidationError(
                 {field if field in ("timezone", "exclusions") else "cron": [str(exc)]}
             ) from None
-        excluded: list[tuple[datetime, str]] = []
-        if isinstance(schedule, ExcludingSchedule):
-            after = max(now, start) if start else now
-            found = schedule.excluded_ahead(after, upcoming[-1][0] if upcoming else after)
-            excluded = [(fire, why) for fire, why in found if end is None or fire <= end]
         return Response(
             PreviewSerializer(
                 {
                     "cron": cron,
                     "timezone": zone,
-                    "description": words,
-                    "fire_times": [due for _, due in upcoming],
-                    "excluded": [why for _, why in excluded],
-                    "excluded_at": [fire for fire, _ in excluded],
-                    "slots": [slot for slot, _ in upcoming],
+                    "description": found.words,
+                    "fire_times": [due for _, due in found.upcoming],
+                    "excluded": [why for _, why in found.excluded],
+                    "excluded_at": [fire for fire, _ in found.excluded],
+                    "slots": [slot for slot, _ in found.upcoming],
                 }
             ).data
         )

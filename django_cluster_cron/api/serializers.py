@@ -14,7 +14,14 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.fields import empty
 
-from ..models import DEFINITION_FIELDS, JobChange, JobDefinition, JobRun, RunStatus
+from ..models import (
+    DEFINITION_FIELDS,
+    JobChange,
+    JobDefinition,
+    JobRun,
+    OverlapPolicy,
+    RunStatus,
+)
 from ..redaction import ARGUMENT_FIELDS, redact, redact_changes, restore
 from ..validation import MAX_JITTER
 from .strict import JSONValueField, StrictBody
@@ -256,7 +263,10 @@ class RunSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
             "heartbeat_at",
             "retry_at",
             "worker",
+            "worker_pool",
             "backend_result_id",
+            "cancel_requested_at",
+            "cancel_requested_by",
             "reason",
             "result",
             "error",
@@ -274,12 +284,32 @@ class PauseSerializer(StrictBody):
     note = serializers.CharField(required=False, allow_blank=True, max_length=255, default="")
 
 
+OVERLAP_OVERRIDE = (
+    "The overlap policy these runs go through instead of the job's own (allow, skip, "
+    "buffer_one, buffer_all, cancel_other, terminate_other)."
+)
+
+
+def overlap_override(help_text: str) -> serializers.ChoiceField:
+    return serializers.ChoiceField(
+        choices=OverlapPolicy.choices, required=False, allow_null=True, help_text=help_text
+    )
+
+
+class RunNowSerializer(StrictBody):
+    body_of = "run/"
+    overlap_policy = overlap_override(f"{OVERLAP_OVERRIDE} Default: the job's.")
+
+
 class BackfillSerializer(StrictBody):
     body_of = "backfill/"
     start = serializers.DateTimeField(help_text="Slots after this instant...")
     end = serializers.DateTimeField(help_text="...up to and including this one (in the past).")
     dry_run = serializers.BooleanField(
         default=False, help_text="Only say how many slots the range holds."
+    )
+    overlap_policy = overlap_override(
+        f"{OVERLAP_OVERRIDE} Default: buffer_all (one at a time, in slot order)."
     )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:

@@ -48,7 +48,9 @@ urlpatterns = [
         SchemaView.as_view(
             custom_settings={
                 "TITLE": "django-cluster-cron",
-                "DESCRIPTION": "Cron jobs in the database, run once per slot on Celery.",
+                "DESCRIPTION": (
+                    "Cron jobs in the database, run once per slot as Celery or django.tasks tasks."
+                ),
                 "VERSION": "1",
                 "POSTPROCESSING_HOOKS": [
                     "drf_spectacular.hooks.postprocess_schema_enums",

@@ -9,6 +9,7 @@ needs the Django permission the admin's action needs.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import ExitStack
 from typing import Any, ClassVar, cast
 
 from django.db import transaction
@@ -49,6 +50,7 @@ from .serializers import (
     JobChangeSerializer,
     JobSerializer,
     PauseSerializer,
+    RunNowSerializer,
     RunSerializer,
 )
 from .strict import EmptyBody, printable_errors
@@ -94,24 +96,22 @@ class ApiView(APIView):
 
 
 class Audited(ApiView):
-    """Every change a request makes to a job is recorded as its user's, through "api"."""
+    """Every change a request makes to a job is recorded as its user's, through "api": the
+    request runs in one audit context (:func:`~django_cluster_cron.audit.acting_for`), which
+    :meth:`dispatch` holds from start to end and :meth:`initial` names the user of, once the
+    request is authenticated."""
 
-    _acting: Any = None
+    _audit_context: ExitStack
+
+    def dispatch(self, request: Any, *args: Any, **kwargs: Any) -> Any:
+        # Left however the request ends: one that fails with a server error never reaches
+        # finalize_response, and its user must not stay the actor of this thread's next change.
+        with ExitStack() as self._audit_context:
+            return super().dispatch(request, *args, **kwargs)
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         super().initial(request, *args, **kwargs)  # authenticates
-        self._acting = audit.acting_for(request, "api")
-        self._acting.__enter__()
-
-    def dispatch(self, request: Any, *args: Any, **kwargs: Any) -> Any:
-        # Left in ``finally``: a request that fails with a server error never reaches
-        # finalize_response, and its user must not stay the actor of this thread's next change.
-        try:
-            return super().dispatch(request, *args, **kwargs)
-        finally:
-            if self._acting is not None:
-                self._acting.__exit__(None, None, None)
-                self._acting = None
+        self._audit_context.enter_context(audit.acting_for(request, "api"))
 
 
 @extend_schema_view(
@@ -235,14 +235,17 @@ class JobViewSet(Audited, viewsets.ModelViewSet):  # type: ignore[type-arg]
         job.resume()
         return Response(job_reply(request, fresh(job)))
 
-    @extend_schema(request=None, responses={201: RUN_REPLY})
+    @extend_schema(request=RunNowSerializer, responses={201: RUN_REPLY})
     @action(detail=True, methods=["post"])
     def run(self, request: Request, pk: str | None = None) -> Response:
-        """Record and publish a ``manual`` run for now, through the overlap policy."""
+        """Record and publish a ``manual`` run for now, through the job's overlap policy or the
+        one the body names (``overlap_policy``); no body is the job's."""
         job = self.get_object()
-        self.refuse_any_body(request, "run/")
+        body = RunNowSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        policy = body.validated_data.get("overlap_policy")
         try:
-            run = actions.run_now(job, by=f"api:{request.user}")
+            run = actions.run_now(job, by=f"api:{request.user}", overlap_policy=policy)
         except actions.ActionRefused as exc:
             raise _operation_error(exc) from None
         return Response(run_reply(request, run), status=status.HTTP_201_CREATED)
@@ -250,17 +253,21 @@ class JobViewSet(Audited, viewsets.ModelViewSet):  # type: ignore[type-arg]
     @extend_schema(request=BackfillSerializer, responses=BackfillResultSerializer)
     @action(detail=True, methods=["post"])
     def backfill(self, request: Request, pk: str | None = None) -> Response:
-        """Record ``backfill`` runs for the slots of a past range that have none (bounded)."""
+        """Record ``backfill`` runs for the slots of a past range that have none (bounded),
+        through ``overlap_policy`` (default ``buffer_all``: one at a time, in slot order)."""
         job = self.get_object()
         body = BackfillSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         start, end = body.validated_data["start"], body.validated_data["end"]
+        policy = body.validated_data.get("overlap_policy")
+        by = f"api:{request.user}"
         try:
             plan = actions.plan_backfill(job, start, end)
+            actions.overlap_override(job, policy)
             created = (
                 []
                 if body.validated_data["dry_run"]
-                else actions.backfill(job, start, end, by=f"api:{request.user}")
+                else actions.backfill(job, start, end, by=by, overlap_policy=policy)
             )
         except actions.ActionRefused as exc:
             raise _operation_error(exc) from None
@@ -348,11 +355,17 @@ class RunViewSet(
     @extend_schema(request=None, responses=RUN_REPLY)
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
-        """Cancel a run that has not started (pending, queued or waiting for a retry)."""
+        """Cancel a run. One that has not started (pending, queued or waiting for a retry) is
+        cancelled at once; one that runs is asked to stop (``cancel_requested_at``): its body
+        sees it at its next heartbeat, it is recorded ``cancelled`` when it ends, and, where its
+        job sets ``cancel_grace`` and its worker's pool can (``worker_pool``: prefork, eventlet,
+        gevent), it is terminated if it goes on past that grace. 400 for a run that has ended,
+        or whose cancel was already asked for."""
         run = self.get_object()
         self.refuse_any_body(request, "cancel/")
+        by = str(request.user)
         try:
-            run = actions.cancel(run, reason=f"cancelled by {request.user}")
+            run = actions.cancel(run, reason=f"cancelled by {by}", by=by)
         except actions.ActionRefused as exc:
             raise _operation_error(exc) from None
         return Response(run_reply(request, run))

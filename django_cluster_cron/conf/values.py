@@ -1,6 +1,7 @@
 """How each setting's value is read: a parser per kind of value, raising ``ValueError`` with
 what was expected (the settings object turns it into ``ImproperlyConfigured`` naming the key).
-The parsers are the conf package's own: the table names them."""
+The parsers are the conf package's own: each setting's declaration names its parser, whose
+return type is the setting's type."""
 
 from __future__ import annotations
 
@@ -27,6 +28,14 @@ def _non_negative_seconds(value: object) -> float:
 
 def _optional_seconds(value: object) -> float | None:
     return None if value is None else _positive_seconds(value)
+
+
+def _positive_duration(value: object) -> timedelta:
+    return timedelta(seconds=_positive_seconds(value))
+
+
+def _non_negative_duration(value: object) -> timedelta:
+    return timedelta(seconds=_non_negative_seconds(value))
 
 
 def _positive_int(value: object) -> int:

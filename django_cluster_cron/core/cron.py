@@ -100,11 +100,6 @@ class CronSchedule:
             _in_hour_seconds=in_hour,
         )
 
-    @property
-    def day_or(self) -> bool:
-        """Whether a day may match either day field (neither starts with ``*``)."""
-        return not self.spec.days_and
-
     # -- iteration -------------------------------------------------------------------------
 
     def iter_after(self, after: datetime) -> Iterator[datetime]:

@@ -257,6 +257,23 @@ class ExcludingSchedule:
             found.append((fire, self.exclusions.reason(day) or str(day)))
         return found
 
+    def excluded_between(self, after: datetime, until: datetime, limit: int = 100_000) -> int:
+        """How many fire times of the schedule in ``(after, until]`` fall on excluded dates (at
+        most ``limit``): the slots its exclusions kept from running. Walks the excluded dates
+        first, so a span with none costs a look-up, not one per fire time."""
+        count = 0
+        for fire, _reason in self.excluded_ahead(after, until, at_least=0):
+            if fire > until:
+                break
+            day = to_wall(fire, self.zone).date()
+            for instant in self.inner.iter_after(fire - _TICK):
+                if instant > until or to_wall(instant, self.zone).date() != day:
+                    break
+                count += 1
+                if count >= limit:
+                    return count
+        return count
+
     def _walk(self, after: datetime) -> Iterator[tuple[datetime, str | None]]:
         """Every fire time of the inner schedule after ``after`` with None, except that each
         excluded date appears once, with its reason, at its first fire time. Ends when ten

@@ -10,8 +10,7 @@ from __future__ import annotations
 import functools
 import re
 import zoneinfo
-from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone, tzinfo
+from datetime import datetime, timezone, tzinfo
 
 from .errors import ScheduleError
 
@@ -119,22 +118,3 @@ def gap_end(wall: datetime, zone: tzinfo) -> datetime:
     a = to_instant(wall, zone, fold=0)
     b = to_instant(wall, zone, fold=1)
     return _transition_between(min(a, b), max(a, b), zone)
-
-
-@dataclass(frozen=True)
-class RepeatedSpan:
-    """A fall-back repeat: wall times in [start, end) occur twice."""
-
-    start: datetime
-    end: datetime
-
-
-def repeated_span(wall: datetime, zone: tzinfo) -> RepeatedSpan:
-    """For an ambiguous wall time: the whole span of wall times that repeat with it."""
-    first = to_instant(wall, zone, fold=0)
-    second = to_instant(wall, zone, fold=1)
-    transition = _transition_between(first, second, zone)
-    offset_before = first.astimezone(zone).utcoffset() or timedelta(0)
-    offset_after = second.astimezone(zone).utcoffset() or timedelta(0)
-    naive = transition.replace(tzinfo=None)
-    return RepeatedSpan(start=naive + offset_after, end=naive + offset_before)

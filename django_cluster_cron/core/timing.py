@@ -63,10 +63,6 @@ class SlotTiming:
                 "end_at", f"the end ({self.end_at}) is before the start ({self.start_at})."
             )
 
-    @property
-    def is_plain(self) -> bool:
-        return self.start_at is None and self.end_at is None and self.jitter == _ZERO
-
     def offset(self, slot: datetime) -> timedelta:
         return jitter_offset(self.key, slot, self.jitter)
 

@@ -24,9 +24,11 @@ at their instant, and a retry is left ``retrying`` for the leader's outbox to se
 due.
 
 A task that cannot be enqueued at all (its path no longer names a ``django.tasks`` task, or its
-backend refuses it: an unknown queue, a priority it does not support) fails its run with the
-reason, instead of holding up the others; an error of the backend itself (its database or Redis
-unreachable) is a failed publish, tried again by the outbox.
+backend refuses it: an unknown queue, a priority it does not support) is returned refused, with
+the reason (the send flow fails its run), instead of holding up the others; an error of the
+backend itself (its database or Redis unreachable) is a failed publish, tried again by the
+outbox. Like every adapter, this one writes nothing in the ledger: runs enqueued ahead are
+returned with the prepared groups, and the send flow records them.
 """
 
 from __future__ import annotations
@@ -38,24 +40,17 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db import DatabaseError
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from ..djtasks_app import Refused, Target, target
-from ..ledger.outbox import OutboxMessage, note_enqueued_ahead
-from ..ledger.transitions import record_unrunnable
-from .port import PublishFailed, publish_runs
+from ..ledger.outbox import OutboxMessage
+from ..wire.djtasks import WRAPPERS, wrapper_kwargs
+from .port import Done, Preparation, PublishFailed, Refusal, publish_runs
 
-__all__ = ["WRAPPERS", "TasksDispatcher", "TasksGroup", "Unsendable"]
+__all__ = ["TasksDispatcher", "TasksGroup", "Unsendable"]
 
 logger = logging.getLogger("django_cluster_cron.scheduler")
-
-# The wrapper task each framework's backends run (one module holds both).
-WRAPPERS = {
-    "django.tasks": "django_cluster_cron.djtasks.run_scheduled_job",
-    "django_tasks": "django_cluster_cron.djtasks.run_scheduled_job_backport",
-}
 
 
 class Unsendable(Exception):
@@ -102,24 +97,6 @@ class TasksGroup:
         self.messages = []
 
 
-def wrapper_kwargs(message: OutboxMessage) -> dict[str, Any]:
-    """The wrapper task's keyword arguments for ``message``: the run, and what the backend's own
-    tools show of it."""
-    kwargs: dict[str, Any] = {
-        "run": message.run_id,
-        "attempt": message.attempt,
-        "task_id": message.task_id,
-        "job": message.job_name,
-        "task": message.task,
-        "slot": message.scheduled_for.isoformat(),
-    }
-    if message.expires is not None:
-        kwargs["expires"] = message.expires.isoformat()
-    if message.trace:
-        kwargs["trace"] = message.trace
-    return kwargs
-
-
 class TasksDispatcher:
     """Runs of ``django.tasks`` tasks, enqueued on their task's backend (see the module)."""
 
@@ -151,19 +128,20 @@ class TasksDispatcher:
             raise Unsendable(f"task {message.task!r}: {exc}") from exc
         return str(bound.enqueue(**wrapper_kwargs(message)).id)
 
-    def _fail(self, message: OutboxMessage, exc: Unsendable) -> None:
-        logger.error("run.unsendable run=%s task=%s error=%s", message.run_id, message.task, exc)
-        record_unrunnable(message.run_id, message.task_id, message.attempt, str(exc))
+    @staticmethod
+    def _refusal(message: OutboxMessage, exc: Unsendable) -> Refusal:
+        return Refusal(message.run_id, message.task_id, message.attempt, str(exc))
 
     @staticmethod
     def _defers(found: Target) -> bool:
         return bool(getattr(found.backend, "supports_defer", False))
 
-    def publish(self, messages: Sequence[OutboxMessage]) -> list[str]:
+    def publish(self, messages: Sequence[OutboxMessage]) -> Done[str]:
         """Enqueue in order; return the task ids of the runs enqueued. A retry due later on a
         backend that cannot defer is not enqueued now (the outbox sends it once due); a run
-        whose task cannot be enqueued fails. Raises :class:`PublishFailed` when a backend does."""
-        published: list[str] = []
+        whose task cannot be enqueued is refused. Raises :class:`PublishFailed` when a backend
+        does."""
+        published: Done[str] = Done()
         now = timezone.now()
         for message in messages:
             try:
@@ -180,17 +158,18 @@ class TasksDispatcher:
                     run_after = message.eta if later else (message.due if defers else None)
                     self._enqueue(message, found, run_after)
             except Unsendable as exc:
-                self._fail(message, exc)
+                published.refused.append(self._refusal(message, exc))
                 continue
             except Exception as exc:  # the backend's own failure: its database, Redis, ...
                 raise PublishFailed(published, exc) from exc
             published.append(message.task_id)
         return published
 
-    def prepare(self, messages: Sequence[OutboxMessage]) -> list[TasksGroup]:
+    def prepare(self, messages: Sequence[OutboxMessage]) -> Preparation:
         """Runs recorded ahead, grouped by due time. Those whose backend supports ``run_after``
-        are enqueued now, deferred to their due time; the others wait for their instant. A
-        backend that fails here leaves the rest of the group for the instant."""
+        are enqueued now, deferred to their due time (returned as enqueued ahead); the others
+        wait for their instant. A backend that fails here leaves the rest of the group for the
+        instant."""
         by_due: dict[tuple[datetime, bool], list[OutboxMessage]] = {}
         enqueued: list[tuple[int, str]] = []
         for message in messages:
@@ -206,21 +185,17 @@ class TasksDispatcher:
                     logger.warning("run.defer_failed run=%s error=%s", message.run_id, exc)
                     deferred = False
             by_due.setdefault((message.due, deferred), []).append(message)
-        try:
-            note_enqueued_ahead(enqueued)
-        except DatabaseError as exc:  # a leader that takes them over enqueues them again
-            logger.warning("runs.enqueued_ahead_not_noted count=%s error=%s", len(enqueued), exc)
         groups = [
             TasksGroup(due=due, messages=grouped, enqueued=deferred)
             for (due, deferred), grouped in by_due.items()
         ]
-        return sorted(groups, key=lambda group: group.due)
+        return Preparation(sorted(groups, key=lambda group: group.due), enqueued)
 
-    def send_prepared(self, groups: Sequence[Any], keep: set[int]) -> list[int]:
+    def send_prepared(self, groups: Sequence[Any], keep: set[int]) -> Done[int]:
         """At their instant: the kept runs of deferred groups are on their backend already;
         the others are enqueued now. Returns the runs sent; ``SendFailed`` when a backend
         fails."""
-        sent: list[int] = []
+        sent: Done[int] = Done()
         for group in groups:
             assert isinstance(group, TasksGroup)  # this adapter's own, from prepare()
             if group.enqueued:

@@ -9,14 +9,19 @@ Two operations, and a third for runs recorded ahead:
 * **send prepared** — at their instant, send the prepared messages whose runs are still to be
   sent.
 
-An adapter decides what a message is (today: :mod:`django_cluster_cron.dispatch.celery`). Its
-runs' rows are the outbox: a message whose delivery is uncertain is reported as not sent, its run
-stays ``pending`` and the leader sends it again; a copy that did arrive loses the worker's claim.
+An adapter decides what a message is (:mod:`django_cluster_cron.dispatch.celery`,
+:mod:`django_cluster_cron.dispatch.djtasks`) and writes nothing in the ledger: it returns what
+it sent, the runs it could never send (:class:`Refusal`: their task cannot be enqueued at all)
+and the runs it enqueued ahead of their instant, and the one flow that sends
+(:mod:`django_cluster_cron.dispatch.send`) writes those. The runs' rows are the outbox: a
+message whose delivery is uncertain is reported as not sent, its run stays ``pending`` and the
+leader sends it again; a copy that did arrive loses the worker's claim.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Generic, Protocol, TypeVar
 
@@ -25,14 +30,40 @@ from ..ledger.outbox import OutboxMessage
 T = TypeVar("T")
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """A run whose message can never be sent, whatever the broker's health (its task no longer
+    names one the system has, its backend refuses its queue or priority): the flow records it
+    failed with ``reason``."""
+
+    run_id: int
+    task_id: str
+    attempt: int
+    reason: str
+
+
+class Done(list[T]):
+    """What got out, in order (task ids of a publish, run ids of prepared messages), and
+    ``refused``: the runs that can never be sent."""
+
+    def __init__(self, done: Iterable[T] = (), refused: Iterable[Refusal] = ()) -> None:
+        super().__init__(done)
+        self.refused = list(refused)
+
+    def extend_with(self, other: Done[T]) -> None:
+        self.extend(other)
+        self.refused += other.refused
+
+
 class PartlyDone(Exception, Generic[T]):
-    """A send that failed part-way: ``done`` lists what got through before ``cause``."""
+    """A send that failed part-way: ``done`` lists what got through before ``cause`` (and the
+    runs refused until then)."""
 
     failed = "sending failed after {n}"
 
-    def __init__(self, done: list[T], cause: BaseException) -> None:
-        super().__init__(f"{self.failed.format(n=len(done))}: {cause}")
-        self.done = done
+    def __init__(self, done: Iterable[T], cause: BaseException) -> None:
+        self.done: Done[T] = done if isinstance(done, Done) else Done(done)
+        super().__init__(f"{self.failed.format(n=len(self.done))}: {cause}")
         self.cause = cause
 
 
@@ -43,7 +74,7 @@ class PublishFailed(PartlyDone[str]):
     failed = "publish failed after {n} messages"
 
     @property
-    def published(self) -> list[str]:
+    def published(self) -> Done[str]:
         return self.done
 
 
@@ -53,15 +84,15 @@ class SendFailed(PartlyDone[int]):
     failed = "sending prepared messages failed after {n}"
 
     @property
-    def sent(self) -> list[int]:
+    def sent(self) -> Done[int]:
         return self.done
 
 
 def publish_runs(
-    publish: Callable[[Sequence[OutboxMessage]], list[str]],
+    publish: Callable[[Sequence[OutboxMessage]], Done[str]],
     messages: Sequence[OutboxMessage],
-    sent: list[int],
-) -> list[int]:
+    sent: Done[int],
+) -> Done[int]:
     """Send prepared ``messages`` the ordinary way at their instant (an adapter's ``publish``):
     ``sent`` and the runs of the messages that got out. Raises :class:`SendFailed` with those
     when the publish fails."""
@@ -69,8 +100,11 @@ def publish_runs(
     try:
         published = publish(messages)
     except PublishFailed as exc:
-        raise SendFailed(sent + [by_task[t] for t in exc.published], exc.cause) from exc
-    return sent + [by_task[t] for t in published]
+        runs = Done([by_task[t] for t in exc.published], exc.published.refused)
+        sent.extend_with(runs)
+        raise SendFailed(sent, exc.cause) from exc
+    sent.extend_with(Done([by_task[t] for t in published], published.refused))
+    return sent
 
 
 class Prepared(Protocol):
@@ -99,17 +133,30 @@ class Prepared(Protocol):
         ...
 
 
+class Preparation(list[Prepared]):
+    """The groups an adapter prepared, by due time, and ``enqueued_ahead``: the runs whose task
+    it enqueued already, deferred to their due time (run id, the backend's result id)."""
+
+    def __init__(
+        self, groups: Iterable[Prepared] = (), enqueued_ahead: Iterable[tuple[int, str]] = ()
+    ) -> None:
+        super().__init__(groups)
+        self.enqueued_ahead = list(enqueued_ahead)
+
+
 class Dispatcher(Protocol):
-    def publish(self, messages: Sequence[OutboxMessage]) -> list[str]:
-        """Send in order; return the task ids that reached the broker. Raises
-        :class:`PublishFailed` (with those sent before) at the first failure."""
+    def publish(self, messages: Sequence[OutboxMessage]) -> Done[str]:
+        """Send in order; return the task ids that reached the broker (and the runs refused).
+        Raises :class:`PublishFailed` (with those sent before) at the first failure."""
         ...
 
-    def prepare(self, messages: Sequence[OutboxMessage]) -> Sequence[Prepared]:
-        """Build the messages of runs recorded ahead, grouped by due time; nothing is sent."""
+    def prepare(self, messages: Sequence[OutboxMessage]) -> Preparation:
+        """Build the messages of runs recorded ahead, grouped by due time; nothing is sent
+        (except, on a backend that defers, the tasks enqueued ahead it reports)."""
         ...
 
-    def send_prepared(self, groups: Sequence[Prepared], keep: set[int]) -> list[int]:
-        """Send the prepared messages whose run is in ``keep``; return the runs sent. Raises
-        :class:`SendFailed` (with those sent before) when the broker fails."""
+    def send_prepared(self, groups: Sequence[Prepared], keep: set[int]) -> Done[int]:
+        """Send the prepared messages whose run is in ``keep``; return the runs sent (and the
+        runs refused). Raises :class:`SendFailed` (with those sent before) when the broker
+        fails."""
         ...

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from ..djtasks_app import resolve_task
 from ..ledger.outbox import OutboxMessage
 from .djtasks import TasksDispatcher, TasksGroup
-from .port import Dispatcher, PartlyDone, Prepared, PublishFailed, SendFailed
+from .port import Dispatcher, Done, PartlyDone, Preparation, Prepared, PublishFailed, SendFailed
 
 CELERY = "celery"
 DJANGO_TASKS = "django.tasks"
@@ -24,17 +24,17 @@ DJANGO_TASKS = "django.tasks"
 T = TypeVar("T")
 
 
-def _every(calls: Iterable[Callable[[], list[T]]], failed: type[PartlyDone[T]]) -> list[T]:
+def _every(calls: Iterable[Callable[[], Done[T]]], failed: type[PartlyDone[T]]) -> Done[T]:
     """Each adapter's call, in turn, whether or not one before it failed: one execution system
-    failing does not hold up the other's runs. What got through; ``failed`` (with that, and the
-    first failure's cause) when any call failed."""
-    done: list[T] = []
+    failing does not hold up the other's runs. What got through (and what was refused);
+    ``failed`` (with that, and the first failure's cause) when any call failed."""
+    done: Done[T] = Done()
     failure: BaseException | None = None
     for call in calls:
         try:
-            done += call()
+            done.extend_with(call())
         except failed as exc:
-            done += exc.done
+            done.extend_with(exc.done)
             failure = failure or exc.cause
     if failure is not None:
         raise failed(done, failure)
@@ -83,7 +83,7 @@ class RoutingDispatcher:
             if reach is not None:
                 reach()
 
-    def publish(self, messages: Sequence[OutboxMessage]) -> list[str]:
+    def publish(self, messages: Sequence[OutboxMessage]) -> Done[str]:
         """Each adapter's messages in their order. One execution system failing does not hold up
         the other's runs: it publishes its messages too, then :class:`PublishFailed` says what
         got through (the failed system's runs stay pending for the outbox)."""
@@ -91,14 +91,17 @@ class RoutingDispatcher:
         calls = [functools.partial(self._adapter(kind).publish, part) for kind, part in parts]
         return _every(calls, PublishFailed)
 
-    def prepare(self, messages: Sequence[OutboxMessage]) -> list[Prepared]:
+    def prepare(self, messages: Sequence[OutboxMessage]) -> Preparation:
         groups: list[Prepared] = []
+        enqueued: list[tuple[int, str]] = []
         for kind, part in self._split(messages).items():
-            groups += self._adapter(kind).prepare(part)
+            prepared = self._adapter(kind).prepare(part)
+            groups += prepared
+            enqueued += prepared.enqueued_ahead
         due: Callable[[Prepared], datetime] = lambda group: group.due  # noqa: E731
-        return sorted(groups, key=due)
+        return Preparation(sorted(groups, key=due), enqueued)
 
-    def send_prepared(self, groups: Sequence[Prepared], keep: set[int]) -> list[int]:
+    def send_prepared(self, groups: Sequence[Prepared], keep: set[int]) -> Done[int]:
         """Each adapter's prepared groups; as :meth:`publish`, a failing system does not hold
         up the other's runs (:class:`SendFailed` says which runs went out)."""
         ours = [g for g in groups if isinstance(g, TasksGroup)]

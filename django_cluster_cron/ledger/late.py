@@ -17,6 +17,7 @@ vouched for at its instant; an operator's run (``manual``, ``backfill``) has no 
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -75,6 +76,7 @@ class Settled:
     send: list[OutboxMessage] = field(default_factory=list)
     missed: int = 0
     caught_up: int = 0
+    missed_by_job: Counter[str] = field(default_factory=Counter)  # job name -> runs missed
 
 
 def settle_unsent(
@@ -89,7 +91,7 @@ def settle_unsent(
     if not late:
         return Settled(send=list(messages))
     jobs = JobDefinition.all_objects.in_bulk({m.job_id for m in late})
-    missed: dict[str, list[int]] = {}
+    missed: dict[tuple[str, str], list[int]] = {}
     caught_up: list[int] = []
     for message in late:
         job = jobs.get(message.job_id)
@@ -98,13 +100,16 @@ def settle_unsent(
         verdict = verdict_for(job, message.scheduled_for, message.due, now)
         if verdict in (LateVerdict.MISSED_POLICY, LateVerdict.MISSED_WINDOW):
             reason = missed_because(verdict, job, now - message.due)
-            missed.setdefault(reason, []).append(message.run_id)
+            missed.setdefault((reason, job.name), []).append(message.run_id)
         elif verdict is LateVerdict.CATCH_UP and message.trigger != str(RunTrigger.CATCHUP):
             caught_up.append(message.run_id)
     unsent = JobRun.objects.filter(status=RunStatus.PENDING, publish_count=0)
+    by_job: Counter[str] = Counter()
     with fence.transaction(now) if fence is not None else transaction.atomic():
-        for reason, run_ids in missed.items():
-            unsent.filter(pk__in=run_ids).update(status=RunStatus.MISSED, reason=reason[:255])
+        for (reason, name), run_ids in missed.items():
+            by_job[name] += unsent.filter(pk__in=run_ids).update(
+                status=RunStatus.MISSED, reason=reason[:255]
+            )
         if caught_up:
             unsent.filter(pk__in=caught_up).update(trigger=RunTrigger.CATCHUP)
     dropped = {run_id for run_ids in missed.values() for run_id in run_ids}
@@ -114,7 +119,7 @@ def settle_unsent(
         for m in messages
         if m.run_id not in dropped
     ]
-    return Settled(send=send, missed=len(dropped), caught_up=len(again))
+    return Settled(send=send, missed=len(dropped), caught_up=len(again), missed_by_job=by_job)
 
 
 def judge_claimed(run: JobRun) -> str:

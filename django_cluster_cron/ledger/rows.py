@@ -11,9 +11,9 @@ from typing import NamedTuple
 
 from ..conf import app_settings
 from ..core.catchup import CatchupPolicy
-from ..core.overlap import OverlapPolicy, overlap_refusal
+from ..core.overlap import Decision, Verdict, decide
 from ..core.slots import task_id_for
-from ..models import ACTIVE_STATUSES, JobDefinition, JobRun, RunStatus
+from ..models import ACTIVE_STATUSES, EXECUTING_STATUSES, JobDefinition, JobRun, RunStatus
 
 
 def new_run(
@@ -40,31 +40,52 @@ def new_run(
 
 
 def activity(job_ids: Sequence[int]) -> dict[int, Counter[str]]:
-    """The active runs of each job, as the overlap policies count them: ``running`` (started,
-    not finished) and ``waiting`` (recorded, queued or waiting for a retry). One query."""
+    """The runs of each job ahead of a new one, as the overlap policies count them:
+    ``running`` (executing, not finished), ``waiting`` (recorded, queued or waiting for a retry)
+    and ``buffered`` (held back behind those). One query."""
     found: dict[int, Counter[str]] = {job_id: Counter() for job_id in job_ids}
     if not job_ids:
         return found
-    active = JobRun.objects.filter(job_id__in=job_ids, status__in=ACTIVE_STATUSES)
-    for job_id, status in active.values_list("job_id", "status"):
-        found[job_id]["running" if status == RunStatus.RUNNING else "waiting"] += 1
+    ahead = JobRun.objects.filter(
+        job_id__in=job_ids, status__in=(*ACTIVE_STATUSES, RunStatus.BUFFERED)
+    )
+    for job_id, status in ahead.values_list("job_id", "status"):
+        found[job_id][_COUNTED_AS.get(status, "waiting")] += 1
     return found
 
 
-def overlap_refusal_for(job: JobDefinition, counts: Counter[str]) -> str | None:
-    """Why ``job``'s overlap policy refuses one more run, or None (then counts it waiting).
+_COUNTED_AS = {
+    **dict.fromkeys(EXECUTING_STATUSES, "running"),
+    RunStatus.BUFFERED: "buffered",
+}
 
-    ``counts`` holds the job's active runs (``running``, ``waiting``) and is updated, so the
-    next call for the same job sees this run waiting.
-    """
-    refusal = None
-    if job.overlap_policy != OverlapPolicy.ALLOW.value:
-        refusal = overlap_refusal(
-            job.overlap_policy, running=counts["running"], waiting=counts["waiting"]
-        )
-    if not refusal:
+
+def overlap_decision(
+    job: JobDefinition, counts: Counter[str], policy: str | None = None
+) -> Decision:
+    """What ``job``'s overlap policy (or ``policy``, an operator's override) does with one more
+    run. ``counts`` holds the job's runs ahead (``running``, ``waiting``, ``buffered``) and is
+    updated, so the next call for the same job sees this run among them."""
+    decision = decide(
+        policy or job.overlap_policy,
+        running=counts["running"],
+        waiting=counts["waiting"],
+        buffered=counts["buffered"],
+        max_buffered=job.buffer_limit,
+    )
+    if decision.verdict is Verdict.RUN:
         counts["waiting"] += 1
-    return refusal
+    elif decision.verdict is Verdict.BUFFER:
+        counts["buffered"] += 1
+    return decision
+
+
+# The status a run is recorded with, by its overlap verdict.
+RECORDED_AS = {
+    Verdict.RUN: RunStatus.PENDING,
+    Verdict.BUFFER: RunStatus.BUFFERED,
+    Verdict.SKIP: RunStatus.SKIPPED,
+}
 
 
 def dispatchable_run(
@@ -75,14 +96,14 @@ def dispatchable_run(
     *,
     node: str,
     epoch: int | None = None,
-) -> JobRun:
-    """A run to dispatch, or a ``skipped`` one if the job's overlap policy refuses it."""
-    refusal = overlap_refusal_for(job, counts)
-    if refusal:
-        return new_run(
-            job, slot, trigger, node=node, epoch=epoch, status=RunStatus.SKIPPED, reason=refusal
-        )
-    return new_run(job, slot, trigger, node=node, epoch=epoch)
+    policy: str | None = None,
+) -> tuple[JobRun, Decision]:
+    """A run to dispatch — ``pending``, or ``buffered`` or ``skipped`` as the job's overlap
+    policy (or the override ``policy``) decides — and that decision."""
+    decision = overlap_decision(job, counts, policy)
+    status = RECORDED_AS[decision.verdict]
+    run = new_run(job, slot, trigger, node=node, epoch=epoch, status=status, reason=decision.reason)
+    return run, decision
 
 
 class RunRow(NamedTuple):

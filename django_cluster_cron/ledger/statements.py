@@ -29,15 +29,12 @@ listens for the model). The statements are checked against the ORM's in the test
 
 from __future__ import annotations
 
-import contextlib
-import datetime
-import importlib
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
-from django.db import DatabaseError, connections, router
+from django.db import connections, router
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Field, Model
 from django.db.models.base import ModelState
@@ -47,14 +44,19 @@ from django.db.models.signals import post_init, pre_init
 from ..dbconn import close_own_connection, own_connection
 from ..dbtime import DbNow
 from ..models import WAITING_STATUSES, JobDefinition, JobRun, RunStatus
+from .cursors import cursor as _cursor
+from .cursors import execute as _execute
+from .cursors import own_connection_in_use, use_own_connection
 
-__all__ = ["CLAIMABLE", "claim_run", "claimed_by", "finish_run", "outcome_of", "seconds_until_due"]
-
-psycopg: Any
-try:  # psycopg 3: the statements can be prepared (Django also runs on psycopg2)
-    psycopg = importlib.import_module("psycopg")
-except ImportError:  # pragma: no cover - psycopg2 or another backend only
-    psycopg = None
+__all__ = [
+    "CLAIMABLE",
+    "claim_run",
+    "claimed_by",
+    "finish_run",
+    "outcome_of",
+    "seconds_until_due",
+    "use_own_connection",
+]
 
 logger = logging.getLogger("django_cluster_cron.worker")
 
@@ -157,6 +159,7 @@ class _Statements:
                 f"{assign['started_at']} = {now}",
                 f"{assign['heartbeat_at']} = {now}",
                 f"{assign['worker']} = %s",
+                f"{assign['worker_pool']} = %s",
                 f"{assign['backend_result_id']} = %s",
                 f"{assign['claim_token']} = %s",
                 f"{assign['finished_at']} = NULL",
@@ -167,7 +170,7 @@ class _Statements:
         # Never before it is due (a run recorded ahead of its time, or jittered).
         match = (
             f"{column('id')} = %s AND {column('task_id')} = %s AND {column('attempt')} = %s"
-            f" AND {column('status')} IN (%s, %s, %s)"
+            f" AND {column('status')} IN ({', '.join(['%s'] * len(CLAIMABLE))})"
             f" AND ({column('due_at')} IS NULL OR {column('due_at')} <= {now})"
         )
         join = quote(_column_name(cast("Field[Any, Any]", JobDefinition._meta.pk)))
@@ -184,7 +187,12 @@ class _Statements:
                 f"SELECT {self.run.sql}, {self.job.sql} FROM {run_table} INNER JOIN {job_table}"
                 f" ON ({job_table}.{join} = {column('job')}) WHERE {column('id')} = %s"
             )
-        self._finish_sql: dict[tuple[str, ...], tuple[str, list[Field[Any, Any]]]] = {}
+        self.held_sql = (
+            f"SELECT 1 FROM {run_table} WHERE {column('job')} = %s AND {column('status')} = %s"
+            " LIMIT 1"
+        )
+        self._finish_sql: dict[tuple[tuple[str, ...], bool], tuple[str, list[Field[Any, Any]]]]
+        self._finish_sql = {}
         self._fields = {f.name: f for f in _columns(JobRun)}
 
     def claim(
@@ -196,8 +204,9 @@ class _Statements:
         worker: str,
         result_id: str = "",
         token: str = "",
+        pool: str = "",
     ) -> JobRun | None:
-        params: list[Any] = [str(RunStatus.RUNNING), worker, result_id, token]
+        params: list[Any] = [str(RunStatus.RUNNING), worker, pool, result_id, token]
         params += [run_id, task_id, attempt, *(str(status) for status in CLAIMABLE)]
         with _cursor(connection, self.claim_sql) as cursor:
             _execute(cursor, self.claim_sql, params)
@@ -214,6 +223,32 @@ class _Statements:
         JobRun._meta.get_field("job").set_cached_value(run, job)  # type: ignore[union-attr]
         return run
 
+    def finish_sql(
+        self, names: tuple[str, ...], cancelled: bool = False
+    ) -> tuple[str, list[Field[Any, Any]]]:
+        """The final record's statement for the fields ``names`` (compiled once per set), and
+        those fields in the order of its parameters. Unless it records the run ``cancelled``,
+        it also needs no cancel asked for: a cancel that reached the row first wins the race
+        with the run's own end (the worker then records it cancelled)."""
+        compiled = self._finish_sql.get((names, cancelled))
+        if compiled is None:
+            fields = [self._fields[name] for name in names]
+            assignments = ", ".join(
+                [f"{self.assign[name]} = %s" for name in names]
+                + [f"{self.assign['finished_at']} = {self.now}"]
+            )
+            status = self.column("status")
+            sql = (
+                f"UPDATE {self.run_table} SET {assignments} WHERE {self.column('id')} = %s"
+                f" AND {self.column('attempt')} = %s"
+            )
+            if cancelled:  # a run being terminated ends cancelled too, by its worker if it can
+                sql += f" AND {status} IN (%s, %s)"
+            else:
+                sql += f" AND {status} = %s AND {self.column('cancel_requested_at')} IS NULL"
+            compiled = self._finish_sql[names, cancelled] = (sql, fields)
+        return compiled
+
     def finish(
         self,
         connection: BaseDatabaseWrapper,
@@ -221,147 +256,25 @@ class _Statements:
         attempt: int,
         values: Mapping[str, Any],
     ) -> int:
-        names = tuple(values)
-        compiled = self._finish_sql.get(names)
-        if compiled is None:
-            fields = [self._fields[name] for name in names]
-            assignments = ", ".join(
-                [f"{self.assign[name]} = %s" for name in names]
-                + [f"{self.assign['finished_at']} = {self.now}"]
-            )
-            sql = (
-                f"UPDATE {self.run_table} SET {assignments} WHERE {self.column('id')} = %s"
-                f" AND {self.column('status')} = %s AND {self.column('attempt')} = %s"
-            )
-            compiled = self._finish_sql[names] = (sql, fields)
-        sql, fields = compiled
+        cancelled = values.get("status") == RunStatus.CANCELLED
+        sql, fields = self.finish_sql(tuple(values), cancelled)
         params = [field.get_db_prep_save(values[field.name], connection) for field in fields]
-        params += [run_id, str(RunStatus.RUNNING), attempt]
+        params += [run_id, attempt, str(RunStatus.RUNNING)]
+        if cancelled:
+            params.append(str(RunStatus.TERMINATING))
         with _cursor(connection, sql) as cursor:
             _execute(cursor, sql, params)
             return int(cursor.rowcount)
 
 
-# PostgreSQL error codes a transaction-mode pooler gives for prepared statements: the statement
-# was prepared on another server connection, or another client's copy is there already.
-POOLER_CODES = frozenset({"26000", "42P05"})
-# Prepare the statements on a worker's own connection (off for good once a pooler refuses).
-_prepare = [True]
-
-
-def _cursor(connection: BaseDatabaseWrapper, sql: str) -> Any:
-    """Django's cursor for the statements; on psycopg 3 one that has the server bind the
-    parameters (what a prepared statement needs), wrapped like Django's own cursors (errors
-    translated, queries logged when Django logs them), to use in a ``with`` block for ``sql``.
-    On a worker's own connection psycopg prepares each statement the first time it runs (see
-    the module), and the cursor is the one kept for ``sql`` on that connection (the block does
-    not close it)."""
-    if connection.vendor != "postgresql" or psycopg is None:
-        return connection.cursor()
-    connection.ensure_connection()
-    raw = connection.connection
-    if not isinstance(raw, psycopg.Connection):  # psycopg2: Django's cursor
-        return connection.cursor()
-    if not _own_connection[0]:
-        connection.validate_thread_sharing()
-        return _wrapped_cursor(connection, raw)
-    raw.prepare_threshold = 0 if _prepare[0] else None
-    # The thread's own connection keeps a cursor for each statement while it lives: making one
-    # for each execution (its adapters and loaders) was a noticeable part of a run's cost, and
-    # a cursor that runs the same statement again keeps what it set up for it.
-    logged = connection.queries_logged
-    if _kept.raw is not raw or _kept.logged != logged or raw.closed:
-        _kept.raw, _kept.logged, _kept.cursors = raw, logged, {}
-    cursor = _kept.cursors.get(sql)
-    if cursor is None:
-        cursor = _kept.cursors[sql] = _wrapped_cursor(connection, raw)
-    return contextlib.nullcontext(cursor)
-
-
-def _wrapped_cursor(connection: BaseDatabaseWrapper, raw: Any) -> Any:
-    cursor = psycopg.Cursor(raw)
-    _compiled_timestamps(cursor, connection)
-    if connection.queries_logged:
-        return connection.make_debug_cursor(cursor)
-    return connection.make_cursor(cursor)
-
-
-def _compiled_timestamps(cursor: Any, connection: BaseDatabaseWrapper) -> None:
-    """Have ``cursor`` read ``timestamptz`` columns with psycopg's own loader where that gives
-    what Django's gives. Django registers a loader written in Python (it sets the connection's
-    time zone on each value), and reading a claimed run's and job's dozen timestamps with it was
-    a noticeable part of the claim. psycopg's compiled loader returns the same values in the
-    session's time zone, which is the one Django set; a sample checks that, and where it differs
-    (``USE_TZ = False``, another time zone) the cursor keeps Django's loader."""
-    from psycopg.pq import Format
-    from psycopg.types.datetime import TimestamptzLoader
-
-    oid = psycopg.postgres.types["timestamptz"].oid
-    djangos = cursor.adapters.get_loader(oid, Format.TEXT)
-    cursor.adapters.register_loader(oid, TimestamptzLoader)
-    loaded = cursor.adapters.get_loader(oid, Format.TEXT)(oid, cursor).load(_SAMPLE[0])
-    expected = connection.timezone  # None under USE_TZ = False: Django's values are naive
-    if expected is None or loaded != _SAMPLE[1] or loaded.tzinfo is not expected:
-        cursor.adapters.register_loader(oid, djangos)
-
-
-_SAMPLE = (
-    b"2000-01-02 03:04:05.678901+00",
-    datetime.datetime(2000, 1, 2, 3, 4, 5, 678901, tzinfo=datetime.timezone.utc),
-)
-
-
-class _Kept(threading.local):
-    """The cursors kept for a thread's own connection (see :func:`_cursor`)."""
-
-    def __init__(self) -> None:
-        self.raw: Any = None
-        self.logged = False
-        self.cursors: dict[str, Any] = {}
-
-
-_kept = _Kept()
-
-
-def _execute(cursor: Any, sql: str, params: Sequence[Any]) -> None:
-    """Execute on a cursor from :func:`_cursor`; under a pooler that loses prepared statements,
-    turn preparing off for this process and execute again (see the module)."""
-    try:
-        cursor.execute(sql, params)
-    except DatabaseError as exc:
-        raw = getattr(getattr(cursor, "cursor", None), "connection", None)
-        if getattr(exc.__cause__, "sqlstate", None) not in POOLER_CODES or raw is None:
-            raise
-        _prepare[0] = False
-        raw.prepare_threshold = None
-        logger.warning(
-            "run.prepared_statements_off error=%s: a connection pooler does not keep prepared "
-            "statements; this process runs the claim and the record unprepared from now on",
-            exc,
-        )
-        cursor.execute(sql, params)
-
-
 _lock = threading.Lock()
 _statements: dict[tuple[str, str], _Statements] = {}
-# Set in Celery worker processes (django_cluster_cron.tasks): the claim and the record run on a
-# connection of the thread's own (django_cluster_cron.dbconn), which Celery's Django fixup does
-# not close around each task. Elsewhere (tests, run_due in a project's tests) they run on the
-# ORM's connection, inside whatever transaction the caller holds.
-_own_connection = [False]
-
-
-def use_own_connection(on: bool = True) -> bool:
-    """Run the claim and the record on the thread's own connection (a worker process); returns
-    what was in use before, for a caller that sets it for a while."""
-    previous, _own_connection[0] = _own_connection[0], on
-    return previous
 
 
 def reset_connection() -> None:
     """After a connection error: close the connection the statements use; the next reconnects."""
     alias = router.db_for_write(JobRun)
-    if _own_connection[0]:
+    if own_connection_in_use():
         close_own_connection(alias)
     else:
         connections[alias].close()
@@ -369,7 +282,7 @@ def reset_connection() -> None:
 
 def _for(using: str | None = None) -> tuple[BaseDatabaseWrapper, _Statements]:
     alias = using or router.db_for_write(JobRun)
-    connection = own_connection(alias) if _own_connection[0] else connections[alias]
+    connection = own_connection(alias) if own_connection_in_use() else connections[alias]
     key = (alias, connection.vendor)
     found = _statements.get(key)
     if found is None:
@@ -380,14 +293,21 @@ def _for(using: str | None = None) -> tuple[BaseDatabaseWrapper, _Statements]:
 
 
 def claim_run(
-    run_id: int, task_id: str, attempt: int, worker: str, result_id: str = "", token: str = ""
+    run_id: int,
+    task_id: str,
+    attempt: int,
+    worker: str,
+    result_id: str = "",
+    token: str = "",
+    pool: str = "",
 ) -> JobRun | None:
     """Take the run for this delivery if it is still claimable (one delivery can win): it is
-    ``running`` from the database's now, on ``worker``, ``result_id`` the execution backend's
-    id of this attempt's result (empty where it is the task id), ``token`` this delivery's own
-    (:func:`claimed_by`). Returns the run with its job, or None."""
+    ``running`` from the database's now, on ``worker`` (whose way of running tasks is ``pool``),
+    ``result_id`` the execution backend's id of this attempt's result (empty where it is the
+    task id), ``token`` this delivery's own (:func:`claimed_by`). Returns the run with its job,
+    or None."""
     connection, statements = _for()
-    return statements.claim(connection, run_id, task_id, attempt, worker, result_id, token)
+    return statements.claim(connection, run_id, task_id, attempt, worker, result_id, token, pool)
 
 
 def claimed_by(run_id: int, attempt: int, token: str) -> JobRun | None:
@@ -430,11 +350,22 @@ def seconds_until_due(run_id: int, task_id: str, attempt: int) -> float | None:
     return max(0.0, (as_utc(due) - as_utc(now)).total_seconds())
 
 
+def holds_back(job_id: int) -> bool:
+    """Whether the job has runs its overlap policy holds back (``buffered``): one indexed
+    look-up on the worker's own connection, before a release that costs more."""
+    connection, statements = _for()
+    with _cursor(connection, statements.held_sql) as cursor:
+        _execute(cursor, statements.held_sql, [job_id, str(RunStatus.BUFFERED)])
+        return cursor.fetchone() is not None
+
+
 def finish_run(run_id: int, attempt: int, values: Mapping[str, Any], token: str = "") -> int:
     """Write ``values`` and ``finished_at`` (database time) if the run is still ``running`` at
-    ``attempt``; the number of rows written (0 or 1). With ``token`` (the delivery that claimed
-    it), a write that finds nothing to change but the very outcome it writes, under that token,
-    counts as written: its first try committed and only the answer was lost."""
+    ``attempt`` (with no cancel asked for, unless ``values`` record it ``cancelled``; that one
+    also ends a run being terminated); the number of rows written (0 or 1). With ``token`` (the
+    delivery that claimed it), a write that finds nothing to change but the very outcome it
+    writes, under that token, counts as written: its first try committed and only the answer
+    was lost."""
     connection, statements = _for()
     written = statements.finish(connection, run_id, attempt, values)
     if written or not token:

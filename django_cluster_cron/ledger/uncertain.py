@@ -30,7 +30,14 @@ from django.db.models import Q
 
 from ..core.errors import ScheduleError
 from ..core.uncertain import WentBack
-from ..models import JobDefinition, JobRun, RunStatus, RunTrigger, UncertainPolicy
+from ..models import (
+    EXECUTING_STATUSES,
+    JobDefinition,
+    JobRun,
+    RunStatus,
+    RunTrigger,
+    UncertainPolicy,
+)
 from ..models.runs import SCHEDULED_TRIGGERS, WAITING_STATUSES
 from .fastinsert import insert_ignoring_conflicts
 from .fence import Fence
@@ -112,7 +119,7 @@ def settle_uncertain(
         insert_ignoring_conflicts(JobRun, ROW_FIELDS, rows, constants, now=now)
         # A run still waiting where the server kept it may have been claimed, run and recorded
         # in the lost seconds however old it is; one running may have finished in them.
-        waiting = Q(status__in=WAITING_STATUSES) | Q(status=RunStatus.RUNNING, **in_window)
+        waiting = Q(status__in=WAITING_STATUSES) | Q(status__in=EXECUTING_STATUSES, **in_window)
         doubtful = JobRun.objects.filter(
             waiting, scheduled_for__lte=end, trigger__in=SCHEDULED_TRIGGERS
         )

@@ -1,7 +1,8 @@
-"""The app's tables: jobs (:mod:`.jobs`), their runs (:mod:`.runs`), what changed jobs
-(:mod:`.changes`) and what the scheduler nodes coordinate through (:mod:`.cluster`); the choices
-of a job's policies (:mod:`.choices`), the named groups of its fields (:mod:`.fields`) and the
-help texts of those whose meaning depends on the task's execution system (:mod:`.helptexts`).
+"""The app's tables: jobs (:mod:`.jobs`; what a save of one does around writing its row in
+:mod:`.job_saving`, its validation in :mod:`.job_rules`), their runs (:mod:`.runs`), what changed
+jobs (:mod:`.changes`) and what the scheduler nodes coordinate through (:mod:`.cluster`); the
+choices of a job's policies (:mod:`.choices`), the named groups of its fields (:mod:`.fields`) and
+the help texts of those whose meaning depends on the task's execution system (:mod:`.helptexts`).
 
 Import them from here: ``from django_cluster_cron.models import JobDefinition, JobRun``.
 """
@@ -29,10 +30,12 @@ from .fields import (
 from .jobs import JobDefinition, JobQuerySet, LiveJobManager
 from .runs import (
     ACTIVE_STATUSES,
+    EXECUTING_STATUSES,
     FINAL_STATUSES,
     SCHEDULED_TRIGGERS,
     WAITING_STATUSES,
     JobRun,
+    RunCancelled,
     RunStatus,
     RunTrigger,
 )
@@ -44,6 +47,7 @@ __all__ = [
     "BOOKKEEPING_FIELDS",
     "CLUSTER_FIELDS",
     "DEFINITION_FIELDS",
+    "EXECUTING_STATUSES",
     "FINAL_STATUSES",
     "SCHEDULED_TRIGGERS",
     "SCHEDULE_FIELDS",
@@ -59,6 +63,7 @@ __all__ = [
     "LiveJobManager",
     "NodeReport",
     "OverlapPolicy",
+    "RunCancelled",
     "RunStatus",
     "RunTrigger",
     "SchedulerLease",

@@ -20,6 +20,15 @@ class OverlapPolicy(models.TextChoices):
     ALLOW = "allow", "allow — runs may overlap"
     SKIP = "skip", "skip — skip a slot while the previous run is queued or running"
     BUFFER_ONE = "buffer_one", "buffer one — keep at most one run waiting"
+    BUFFER_ALL = "buffer_all", "buffer all — runs wait their turn, one at a time in slot order"
+    CANCEL_OTHER = (
+        "cancel_other",
+        "cancel other — ask the running run to stop; the new one starts once it has",
+    )
+    TERMINATE_OTHER = (
+        "terminate_other",
+        "terminate other — terminate the running run; the new one starts once it has stopped",
+    )
 
 
 class WorkerLostPolicy(models.TextChoices):
@@ -45,6 +54,10 @@ def default_catchup_window() -> timedelta:
 
 def default_overlap_policy() -> str:
     return app_settings.OVERLAP_POLICY
+
+
+def default_max_buffered() -> int:
+    return app_settings.MAX_BUFFERED
 
 
 def catchup_limits() -> tuple[int, timedelta, int]:

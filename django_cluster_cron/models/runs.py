@@ -17,7 +17,66 @@ logger = logging.getLogger("django_cluster_cron.scheduler")
 
 
 class RunStatus(models.TextChoices):
+    """The states of a run, and who moves a run out of each, through which function (under
+    ``django_cluster_cron.ledger``), into which state. Nothing else writes a run's status; the
+    table is ``ledger.states.MOVES`` and the test suite holds the code to it::
+
+        (recorded)  → pending, skipped   leader, operator  rows.new_run
+        (recorded)  → buffered           leader, operator  rows.new_run
+        (recorded)  → pending, skipped   leader            fastinsert.insert_ignoring_conflicts
+        (recorded)  → buffered           leader            fastinsert.insert_ignoring_conflicts
+        (recorded)  → pending, uncertain leader            uncertain.settle_uncertain
+        pending     → cancelled          leader, operator  buffer.preempt
+        pending     → queued             whoever sends it  outbox.mark_published
+        pending     → queued             leader            outbox.mark_sent
+        pending     → running            worker            statements.claim_run
+        pending     → cancelled          operator          transitions.cancelled
+        pending     → cancelled, missed  execution system  transitions.discarded
+        pending     → failed             worker, send flow transitions.unrunnable
+        pending     → missed             leader            late.settle_unsent
+        pending     → uncertain          leader            uncertain.settle_uncertain
+        buffered    → pending            worker, leader    buffer.release
+        buffered    → missed, skipped    worker, leader    buffer.release
+        buffered    → skipped            leader, operator  buffer.preempt
+        buffered    → cancelled          operator          transitions.cancelled
+        queued      → cancelled          leader, operator  buffer.preempt
+        queued      → running            worker            statements.claim_run
+        queued      → cancelled          operator          transitions.cancelled
+        queued      → cancelled, missed  execution system  transitions.discarded
+        queued      → failed             worker, send flow transitions.unrunnable
+        queued      → uncertain          leader            uncertain.settle_uncertain
+        running     → success            worker            transitions.succeeded
+        running     → failed             worker            transitions.failed
+        running     → retrying           worker            transitions.retrying
+        running     → skipped            worker            transitions.skipped
+        running     → missed             worker            transitions.missed
+        running     → cancelled          worker            transitions.stopped
+        running     → terminating        leader            transitions.terminating
+        running     → retrying, failed   leader            transitions.lost
+        running     → cancelled          leader            transitions.lost
+        running     → cancelled, missed  execution system  transitions.discarded
+        running     → uncertain          leader            uncertain.settle_uncertain
+        failed      → pending            operator          transitions.retried
+        retrying    → cancelled          leader, operator  buffer.preempt
+        retrying    → running            worker            statements.claim_run
+        retrying    → cancelled          operator          transitions.cancelled
+        retrying    → cancelled, missed  execution system  transitions.discarded
+        retrying    → failed             worker, send flow transitions.unrunnable
+        retrying    → uncertain          leader            uncertain.settle_uncertain
+        terminating → cancelled          worker            transitions.stopped
+        terminating → cancelled          leader            transitions.lost
+        terminating → cancelled, missed  execution system  transitions.discarded
+        terminating → uncertain          leader            uncertain.settle_uncertain
+
+    ``success``, ``skipped``, ``missed``, ``cancelled`` and ``uncertain`` are final; ``failed``
+    is final unless an operator retries it. ``terminating`` is a run whose cancel outlasted its
+    grace, being stopped in its worker; ``buffered`` one held back by its job's overlap policy.
+    """
+
     PENDING = "pending"
+    # Recorded behind its job's runs (overlap buffer_all, cancel_other, terminate_other): held
+    # back, then made pending and sent when they have ended, in slot order.
+    BUFFERED = "buffered"
     QUEUED = "queued"
     RUNNING = "running"
     SUCCESS = "success"
@@ -26,6 +85,9 @@ class RunStatus(models.TextChoices):
     MISSED = "missed"
     SKIPPED = "skipped"
     CANCELLED = "cancelled"
+    # An operator's cancel (or the job's overlap policy) outlasted its grace: the run is being
+    # terminated in its worker; it ends cancelled.
+    TERMINATING = "terminating"
     # Its fate was lost with the database's last writes (a failover to a server that had not
     # received them): it may have run. Recorded so by the job's ``on_uncertain = skip``.
     UNCERTAIN = "uncertain"
@@ -34,8 +96,10 @@ class RunStatus(models.TextChoices):
 # A run waits for a worker (pending: recorded, not yet sent; queued: sent; retrying: its next
 # attempt is due later). Only a waiting run can be claimed by a delivery, or cancelled.
 WAITING_STATUSES = (RunStatus.PENDING, RunStatus.QUEUED, RunStatus.RETRYING)
-# A run still owes work: waiting, or running on a worker (what the overlap policies count).
-ACTIVE_STATUSES = (*WAITING_STATUSES, RunStatus.RUNNING)
+# A run executing on a worker (a terminating one still holds its worker until it has stopped).
+EXECUTING_STATUSES = (RunStatus.RUNNING, RunStatus.TERMINATING)
+# A run still owes work: waiting, or executing on a worker (what the overlap policies count).
+ACTIVE_STATUSES = (*WAITING_STATUSES, *EXECUTING_STATUSES)
 # A run's fate is decided: nothing changes it any more (an operator may retry a failed one).
 FINAL_STATUSES = (
     RunStatus.SUCCESS,
@@ -87,6 +151,17 @@ class JobRunManager(models.Manager["JobRun"]):
         return int(deleted)
 
 
+class RunCancelled(Exception):
+    """Raised in a run's body to stop it because its cancel was asked for: by
+    :meth:`JobRun.raise_if_cancelled`, or at the heartbeat that brings the cancel when the job
+    says so (``cancel_interrupts``). The run is recorded ``cancelled``. A body that catches
+    ``Exception`` broadly swallows it; its run still ends ``cancelled``."""
+
+    def __str__(self) -> str:
+        # Raised by the heartbeat, it has no message of its own.
+        return super().__str__() or "its run was asked to stop"
+
+
 class JobRun(models.Model):
     """One slot of one job: the outbox row the leader publishes and the ledger of its fate."""
 
@@ -116,15 +191,25 @@ class JobRun(models.Model):
         null=True, blank=True, help_text="When the next attempt is due (status retrying)."
     )
     publish_count = models.PositiveIntegerField(
-        default=0, help_text="How many times its message was sent to the broker."
+        default=0,
+        help_text="How many times its message was sent (to Celery's broker, or to the task's "
+        "django.tasks backend).",
     )
     republish_at = models.DateTimeField(
         null=True,
         blank=True,
         help_text="If no worker has started it by then, its message is sent again (the broker "
-        "may have lost it); the wait doubles with every copy.",
+        "or the task backend may have lost it); the wait doubles with every copy.",
     )
     worker = models.CharField(max_length=255, blank=True, help_text="Worker hostname and pid.")
+    worker_pool = models.CharField(
+        max_length=32,
+        blank=True,
+        default="",
+        db_default="",  # rows an earlier release's node inserts during a rolling upgrade
+        help_text="How its worker runs tasks: a Celery pool (prefork, threads, solo, eventlet, "
+        "gevent) or django.tasks. Only prefork, eventlet and gevent can terminate a run.",
+    )
     backend_result_id = models.CharField(
         max_length=64,
         blank=True,
@@ -147,6 +232,19 @@ class JobRun(models.Model):
     reason = models.CharField(
         max_length=255, blank=True, help_text="Why the run was missed, skipped or cancelled."
     )
+    cancel_requested_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When a cancel of the running run was asked for (database time); the body "
+        "sees it at its next heartbeat.",
+    )
+    cancel_requested_by = models.CharField(
+        max_length=255,
+        blank=True,
+        default="",
+        db_default="",  # rows an earlier release's node inserts during a rolling upgrade
+        help_text="Who asked for the cancel: a user, or the job's overlap policy.",
+    )
     result = models.TextField(blank=True, help_text="Short repr of the task's return value.")
     error = models.TextField(blank=True)
     traceback = models.TextField(blank=True)
@@ -160,7 +258,7 @@ class JobRun(models.Model):
         ordering: ClassVar = ["-scheduled_for"]
         permissions: ClassVar = [
             ("retry_jobrun", "Can retry failed runs"),
-            ("cancel_jobrun", "Can cancel waiting runs"),
+            ("cancel_jobrun", "Can cancel runs"),
         ]
         get_latest_by = "scheduled_for"
         constraints: ClassVar = [
@@ -184,3 +282,16 @@ class JobRun(models.Model):
             f"Run {self.pk} of {job}, slot {self.scheduled_for:%Y-%m-%d %H:%M:%S} UTC "
             f"({self.status})"
         )
+
+    @property
+    def cancel_requested(self) -> bool:
+        """Whether a cancel of this run was asked for: inside a running body (``current_run()``),
+        what the heartbeat last brought, at most one heartbeat interval behind the request."""
+        return self.cancel_requested_at is not None
+
+    def raise_if_cancelled(self) -> None:
+        """Raise :class:`RunCancelled` if a cancel of this run was asked for: call it between
+        steps of a long body to stop at a point of its own choosing."""
+        if self.cancel_requested_at is not None:
+            by = f" by {self.cancel_requested_by}" if self.cancel_requested_by else ""
+            raise RunCancelled(f"run {self.pk}: cancel requested{by}")

@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from ..conf import app_settings
 from ..dbtime import as_utc, database_now
-from ..models import JobDefinition, JobRun, RunStatus
+from ..models import EXECUTING_STATUSES, JobDefinition, JobRun
 from .status import ClusterStatus, cluster_status
 
 OK, WARN, FAIL = "ok", "warn", "fail"
@@ -192,7 +192,7 @@ def check_running_runs(now: datetime) -> Check:
     """Runs whose worker stopped beating: the leader declares them lost within a sweep."""
     lost_after = app_settings.RUN_LOST_AFTER
     oldest = (
-        JobRun.objects.filter(status=RunStatus.RUNNING, heartbeat_at__lt=now - lost_after)
+        JobRun.objects.filter(status__in=EXECUTING_STATUSES, heartbeat_at__lt=now - lost_after)
         .order_by("heartbeat_at")
         .values_list("heartbeat_at", flat=True)
         .first()

@@ -36,14 +36,20 @@ from urllib.parse import parse_qs
 
 from ..conf import app_settings
 from . import httpserve
+from .metric_roles import (
+    CLAIM_BUCKETS,
+    DURATION_BUCKETS,
+    JOB_LABEL,
+    LATENCY_BUCKETS,
+    OTHER_JOBS,
+    SchedulerMetrics,
+    SlotMetrics,
+    WorkerMetrics,
+)
 
 logger = logging.getLogger("django_cluster_cron.metrics")
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
-LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
-DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
-CLAIM_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5)
-OTHER_JOBS = "_other"
 
 
 @functools.cache
@@ -58,10 +64,25 @@ def enabled() -> bool:
     return bool(app_settings.METRICS) and installed()
 
 
-# The label naming a job. Not ``job``: Prometheus sets ``job`` (and ``instance``) on every series
-# it scrapes, and under its default ``honor_labels: false`` renames a clashing label of ours to
-# ``exported_job`` — alert rules and dashboards written against ``job`` would never match.
-JOB_LABEL = "job_name"
+# The buckets, the job label and the roles' metrics are in .metric_roles; their names are
+# read from here too.
+__all__ = [
+    "CLAIM_BUCKETS",
+    "DURATION_BUCKETS",
+    "JOB_LABEL",
+    "LATENCY_BUCKETS",
+    "NULL",
+    "OTHER_JOBS",
+    "SchedulerMetrics",
+    "SlotMetrics",
+    "WorkerMetrics",
+    "enabled",
+    "get",
+    "installed",
+    "registry",
+    "serve",
+]
+
 # Labels a target's own series must not use (Prometheus's target labels).
 RESERVED_LABELS = frozenset({"job", "instance"})
 
@@ -79,195 +100,13 @@ class _Null:
 NULL: Any = _Null()
 
 
-class SchedulerMetrics:
-    """What a scheduler node exports: each attribute named here is a metric."""
-
-    leader: Any
-    lease_epoch: Any
-    lease_renewals: Any
-    lease_lost: Any
-    went_back: Any
-    uncertain: Any
-    ticks: Any
-    slots: Any
-    publish_latency: Any
-    publish_failures: Any
-    republished: Any
-    runs_lost: Any
-    oldest_pending: Any
-    armed: Any
-    clock_offset: Any
-
-    def __init__(self) -> None:
-        from prometheus_client import Counter, Gauge, Histogram
-
-        self.leader = Gauge(
-            "cluster_cron_leader",
-            "1 while this scheduler node leads, 0 while it stands by.",
-            ["node"],
-            multiprocess_mode="liveall",
-        )
-        self.lease_epoch = Gauge(
-            "cluster_cron_lease_epoch",
-            "The fencing epoch this node leads with (0 while standing by).",
-            multiprocess_mode="livemax",
-        )
-        self.lease_renewals = Counter(
-            "cluster_cron_lease_renewals",
-            "Lease renewals by the leader, by result: ok, lost (taken or expired), failed "
-            "(backend unreachable).",
-            ["result"],
-        )
-        self.lease_lost = Counter(
-            "cluster_cron_lease_lost",
-            "Leases a leader found no longer its own at a renewal, by reason: taken (another "
-            "node holds it) or gone (expired, or lost when its store failed over).",
-            ["reason"],
-        )
-        self.went_back = Counter(
-            "cluster_cron_leader_row_went_back",
-            "Terms that found the leader row behind what their node had seen, by cause: "
-            "writes_lost (the database lost acknowledged writes: a lossy failover, a restore) or "
-            "epoch_edited (only the epoch went back).",
-            ["cause"],
-        )
-        self.uncertain = Counter(
-            "cluster_cron_uncertain_slots",
-            "Slots and runs whose fate the database lost, by the job's decision: skip (recorded "
-            "uncertain, not run) or run (run again: it may have run before).",
-            ["decision"],
-        )
-        self.ticks = Counter("cluster_cron_ticks", "Passes of the scheduler loop.")
-        self.slots = Counter(
-            "cluster_cron_slots",
-            "Slots the leader decided, by outcome: schedule and catchup (recorded to run, due now "
-            "or ahead of their time), missed, skipped.",
-            ["outcome"],
-        )
-        self.publish_latency = Histogram(
-            "cluster_cron_publish_latency_seconds",
-            "From an on-time slot's fire time until its message was first in the broker.",
-            buckets=LATENCY_BUCKETS,
-        )
-        self.publish_failures = Counter(
-            "cluster_cron_publish_failures",
-            "Messages the broker did not take (they stay pending for the outbox).",
-        )
-        self.republished = Counter(
-            "cluster_cron_outbox_republished",
-            "Runs the outbox sent again because no worker had started them.",
-        )
-        self.runs_lost = Counter(
-            "cluster_cron_runs_lost",
-            "Running runs whose worker stopped beating, by whether they were retried.",
-            ["retried"],
-        )
-        self.oldest_pending = Gauge(
-            "cluster_cron_oldest_pending_run_age_seconds",
-            "Age of the oldest run recorded but not yet taken by a worker (0 if none).",
-            multiprocess_mode="livemax",
-        )
-        self.armed = Gauge(
-            "cluster_cron_runs_recorded_ahead",
-            "Runs the leader recorded ahead of their time and holds prepared for their instant.",
-            multiprocess_mode="livemax",
-        )
-        self.clock_offset = Gauge(
-            "cluster_cron_clock_offset_seconds",
-            "This host's clock minus the database server's, as the scheduler last measured it.",
-            ["node"],
-            multiprocess_mode="liveall",
-        )
-
-
-class WorkerMetrics:
-    """What a worker exports, from the processes that run the bodies: each attribute named here
-    is a metric; the methods look up the series a run touches."""
-
-    runs: Any
-    duplicates: Any
-    run_duration: Any
-    last_success: Any
-    claim: Any
-
-    def __init__(self) -> None:
-        from prometheus_client import Counter, Gauge, Histogram
-
-        self.runs = Counter(
-            "cluster_cron_runs",
-            "Runs by what happened on the worker: claimed, succeeded, failed, retried, skipped, "
-            "cancelled, expired, missed.",
-            ["outcome"],
-        )
-        self.duplicates = Counter(
-            "cluster_cron_duplicate_deliveries",
-            "Deliveries of a run that lost the claim (a second copy of a message): dropped.",
-        )
-        self.run_duration = Histogram(
-            "cluster_cron_run_duration_seconds",
-            "How long job bodies ran, by job (at most METRICS_JOB_LABEL_LIMIT names per process, "
-            f"the rest as {OTHER_JOBS!r}).",
-            [JOB_LABEL],
-            buckets=DURATION_BUCKETS,
-        )
-        self.last_success = Gauge(
-            "cluster_cron_last_success_timestamp_seconds",
-            "When a run of the job last succeeded (database time, Unix seconds): the dead-man's "
-            "switch alerts compare it with time().",
-            [JOB_LABEL],
-            multiprocess_mode="max",
-        )
-        self.claim = Histogram(
-            "cluster_cron_claim_seconds",
-            "The worker's own cost per run: the claim before the body.",
-            buckets=CLAIM_BUCKETS,
-        )
-        self._jobs: set[str] = set()
-        self._jobs_lock = threading.Lock()
-        # Labelled series a worker touches for every run, looked up once (labels() takes a lock
-        # and builds a key each time).
-        self._outcomes: dict[str, Any] = {}
-        self._finished: dict[str, tuple[Any, Any]] = {}
-
-    def job_label(self, name: str) -> str:
-        """The job's name while few names have been seen here; past the cap, one bucket."""
-        limit = app_settings.METRICS_JOB_LABEL_LIMIT
-        if limit == 0:
-            return OTHER_JOBS
-        if name in self._jobs:
-            return name
-        with self._jobs_lock:
-            if name in self._jobs or len(self._jobs) < limit:
-                self._jobs.add(name)
-                return name
-        return OTHER_JOBS
-
-    def run_outcome(self, outcome: str) -> Any:
-        """``runs{outcome=...}``, the series for one outcome."""
-        found = self._outcomes.get(outcome)
-        if found is None:
-            found = self._outcomes[outcome] = self.runs.labels(outcome=outcome)
-        return found
-
-    def job_finished(self, label: str) -> tuple[Any, Any]:
-        """The duration histogram and the last-success gauge of one job label."""
-        found = self._finished.get(label)
-        if found is None:
-            found = (
-                self.run_duration.labels(job_name=label),
-                self.last_success.labels(job_name=label),
-            )
-            self._finished[label] = found
-        return found
-
-
 def _members(role: type) -> tuple[str, ...]:
     """The names a role's metrics are read by: its metrics and its public methods."""
     methods = [name for name, value in vars(role).items() if callable(value) and name[0] != "_"]
     return (*role.__annotations__, *methods)
 
 
-ROLE_MEMBERS = {role: _members(role) for role in (SchedulerMetrics, WorkerMetrics)}
+ROLE_MEMBERS = {role: _members(role) for role in (SchedulerMetrics, WorkerMetrics, SlotMetrics)}
 ROLE_OF = {name: role for role, names in ROLE_MEMBERS.items() for name in names}
 
 
@@ -312,6 +151,11 @@ def get() -> Any:
     except Exception:  # never let metrics break scheduling or a run
         logger.exception("metrics.unavailable")
         return NULL
+
+
+def count_paused_slots(sender: Any, job: Any, slots_not_run: int = 0, **extra: Any) -> None:
+    """``job_resumed``: the slots that fell while the job was paused did not run."""
+    get().not_run(job.name, "paused", slots_not_run)
 
 
 def observe_each(histogram: Any, values: Iterable[float]) -> None:

@@ -21,13 +21,9 @@ from ..coordination import coordination_for
 from ..dbtime import database_now
 from ..leases import LEADER, LOCK_PREFIX, LeaseBackend, get_backend
 from ..leases.base import HeldLease, node_of
-from ..models import JobRun, RunStatus, SchedulerLease
+from ..models import EXECUTING_STATUSES, JobRun, RunStatus, SchedulerLease
 
 logger = logging.getLogger("django_cluster_cron.status")
-
-
-# A held cluster lock as the page lists it (name without the ``lock:`` prefix).
-HeldLock = HeldLease
 
 
 @dataclass
@@ -45,7 +41,8 @@ class ClusterStatus:
     # Runs recorded ahead of their time (not due yet), and the first of their due times.
     ahead: int = 0
     ahead_next: datetime | None = None
-    locks: list[HeldLock] = field(default_factory=list)
+    # The held cluster locks as the page lists them (names without the ``lock:`` prefix).
+    locks: list[HeldLease] = field(default_factory=list)
     backend: str = ""
     # The lease backend could not be read (Redis or the database down): what was said.
     backend_error: str = ""
@@ -116,7 +113,7 @@ def stuck_runs(now: datetime) -> Any:
         JobRun.objects.select_related("job")
         .filter(
             (Q(status__in=[RunStatus.PENDING, RunStatus.QUEUED]) & waited)
-            | Q(status=RunStatus.RUNNING, heartbeat_at__lt=silent_limit)
+            | Q(status__in=EXECUTING_STATUSES, heartbeat_at__lt=silent_limit)
         )
         .order_by("scheduled_for")
     )

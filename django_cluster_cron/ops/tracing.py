@@ -27,11 +27,12 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..ledger.outbox import OutboxMessage
+from ..wire.celery import TRACE_HEADER
 
 logger = logging.getLogger("django_cluster_cron.tracing")
 
 TRACER = "django_cluster_cron"
-HEADER = "cluster_cron_trace"
+HEADER = TRACE_HEADER
 _SILENT = {"ProxyTracerProvider", "NoOpTracerProvider"}
 
 

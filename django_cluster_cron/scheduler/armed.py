@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 
 from django.db import DatabaseError
 
-from ..dispatch import Dispatcher, Prepared, SendFailed
+from ..dispatch import Dispatcher, Prepared, SendFailed, mark_prepared_sent, prepare, send_prepared
 from ..ledger import outbox
 from ..ledger.outbox import OutboxMessage
 from ..ops import metrics
@@ -113,7 +113,7 @@ class ArmedSender:
         """Build the messages of runs recorded ahead and keep them for their instant."""
         if messages and self.term.is_leader:
             messages = self.spans.start(messages, epoch=self.term.epoch)
-            self.armed.add(self.dispatcher.prepare(messages))
+            self.armed.add(prepare(self.dispatcher, messages))
             metrics.get().armed.set(self.armed.count)
 
     def send_due(self) -> None:
@@ -170,7 +170,7 @@ class ArmedSender:
         sent, self.unmarked = self.unmarked, []
         fence = self.term.fence
         if sent and fence is not None:
-            outbox.mark_sent(sent, fence=fence, node_id=self.term.node_id)
+            mark_prepared_sent(sent, fence=fence, node_id=self.term.node_id)
 
     def _wait_until(self, due: datetime) -> bool:
         """Sleep until ``due`` (at most SEND_EARLY); False if the clock is not there then."""
@@ -181,7 +181,7 @@ class ArmedSender:
 
     def _send_groups(self, groups: list[Prepared], keep: set[int]) -> list[int]:
         try:
-            sent = self.dispatcher.send_prepared(groups, keep)
+            sent = send_prepared(self.dispatcher, groups, keep)
         except SendFailed as exc:  # the rest stay pending: the outbox sends them later
             self.health.down("broker", exc.cause)
             metrics.get().publish_failures.inc(

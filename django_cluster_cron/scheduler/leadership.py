@@ -11,11 +11,10 @@
         └──────────────────────────────────────────────┘
 
 A leader that cannot renew because the lease's backend is out of reach steps down; with the
-Redis lease it also gives its term up in the database (:meth:`Fence.hand_over
-<django_cluster_cron.ledger.fence.Fence.hand_over>`), and a standby that finds it there frees the
-Redis key (only while that leader's token holds it) and takes it at once instead of waiting for
-its TTL. (With the database lease, a standby sees a leader whose connection ended through the
-lease's session witness: :mod:`django_cluster_cron.leases.witness`.)
+Redis lease it also gives its term up in the database (:mod:`.handover`), and a standby that
+finds it there frees the Redis key (only while that leader's token holds it) and takes it at once
+instead of waiting for its TTL. (With the database lease, a standby sees a leader whose connection
+ended through the lease's session witness: :mod:`django_cluster_cron.leases.witness`.)
 
 A standby only tries to take the lease, and only while it can reach the database (one that takes
 writes: a primary demoted by a failover still answers) and the broker:
@@ -44,12 +43,14 @@ from datetime import datetime
 from django.db import DatabaseError, connection
 
 from ..core.uncertain import Horizon, WentBack
-from ..dbconn import check_writable, server_identity
+from ..dbconn import check_writable
 from ..leases import Lease, LeaseBackend, LeaseUnavailable
 from ..leases.base import node_of
 from ..ledger.fence import Fence
 from ..ops import metrics
+from .handover import Handover
 from .health import Health
+from .watch import RowWatch
 
 logger = logging.getLogger("django_cluster_cron.scheduler")
 
@@ -96,10 +97,17 @@ class Term:
         self._on_database_error = on_database_error
         self._reach_database = reach_database
         self._reach_broker = reach_broker
-        self._on_went_back = on_went_back
-        # The furthest this node saw the leader row go (its epoch, its last write), to notice a
-        # database that went back (see django_cluster_cron.core.uncertain).
-        self.horizon = Horizon()
+        # The leader row watched for a database that went back (a lossy failover).
+        self.watch = RowWatch(node_id=node_id, on_went_back=on_went_back)
+        # The term given up, or taken, through the database when the lease is out of reach.
+        self.handover = Handover(
+            node_id=node_id,
+            lease=lease,
+            backend=backend,
+            dependency=self.dependency,
+            on_database_error=on_database_error,
+            seen=self.watch.seen_in_database,
+        )
         if hasattr(lease, "seen"):  # the database lease reads the row as it tries it
             lease.seen = self.horizon.observe
         # After giving the lease up for the broker: how long to leave it to a node that reaches
@@ -121,6 +129,11 @@ class Term:
     @property
     def epoch(self) -> int | None:
         return None if self.fence is None else self.fence.epoch
+
+    @property
+    def horizon(self) -> Horizon:
+        """The furthest this node saw the leader row go (see :class:`~.watch.RowWatch`)."""
+        return self.watch.horizon
 
     def holds(self, epoch: int, token: str) -> bool:
         """Whether the leader row (its ``epoch`` and ``token``) still names this term."""
@@ -161,7 +174,7 @@ class Term:
         # its validity from here errs on the safe side (a slow reply shortens it, never extends).
         started = time.monotonic()
         try:
-            acquired = self.lease.try_acquire() or self._take_handed_over()
+            acquired = self.lease.try_acquire() or self.handover.take()
         except LeaseUnavailable as exc:
             return self.health.down(self.dependency, exc)
         self.health.up(self.dependency)
@@ -186,62 +199,15 @@ class Term:
         self.renew_at = started + self.renew_interval
         logger.info("lease.acquired node=%s epoch=%s", self.node_id, self.epoch)
         self._show_role()
-        self._judge_row(fence)
+        self.watch.judge_row(fence)
         return 0.0
-
-    def seen_in_database(self, epoch: int, writes: int, last_write_at: datetime | None) -> None:
-        """The leader row as a standby read it through the ORM's connection (its look for a
-        handed-over term)."""
-        self.horizon.observe(epoch, writes, last_write_at, server_identity(connection))
 
     def seen_by_leader(
         self, epoch: int, writes: int, last_write_at: datetime | None
     ) -> WentBack | None:
-        """The leader row as this leader's idle query read it. Fewer writes than it saw: the
-        database went back under a term that goes on (a failover the leader's connections
-        followed, its lease still valid there); what was lost, for the caller to decide."""
-        server = server_identity(connection)
-        if writes >= self.horizon.writes:
-            self.horizon.observe(epoch, writes, last_write_at, server)
-            return None
-        went = self.horizon.judge(epoch, writes, last_write_at, server)
-        self.horizon.restart(epoch, writes, server)
-        return None if went is None else self._report(went)
-
-    def _judge_row(self, fence: Fence) -> None:
-        """The leader row as this term found it, against what this node saw: a row behind it
-        means the database lost writes (or was edited); the leader decides the slots whose fate
-        it cannot know before dispatching anything (``on_went_back``)."""
-        if fence.kept is None:
-            return
-        server = server_identity(connection)
-        kept = fence.kept
-        went = self.horizon.judge(kept.epoch, kept.writes, kept.last_write_at, server)
-        # From here on the row as this server has it is the truth (this term writes over it).
-        self.horizon.restart(fence.epoch, kept.writes + 1, server)
-        lost = None if went is None else self._report(went)
-        if lost is not None and self._on_went_back is not None:
-            self._on_went_back(lost)
-
-    def _report(self, went: WentBack) -> WentBack | None:
-        """Log and count what went back; ``went`` if writes were lost (None: the epoch alone)."""
-        logger.error(
-            "lease.went_back node=%s epoch=%s kept_epoch=%s seen_epoch=%s kept_writes=%s "
-            "seen_writes=%s kept_write=%s seen_write=%s server_changed=%s: %s",
-            self.node_id,
-            self.epoch,
-            went.kept_epoch,
-            went.seen_epoch,
-            went.kept_writes,
-            went.seen_writes,
-            _stamp(went.kept_at),
-            _stamp(went.seen_at),
-            went.server_changed,
-            went.cause(),
-        )
-        cause = "writes_lost" if went.writes_lost else "epoch_edited"
-        metrics.get().went_back.labels(cause=cause).inc()
-        return went if went.writes_lost else None
+        """The leader row as this leader's idle query read it: what was lost if the database
+        went back under this term (see :meth:`.watch.RowWatch.seen_by_leader`)."""
+        return self.watch.seen_by_leader(epoch, writes, last_write_at, term_epoch=self.epoch)
 
     def renewal_due(self) -> bool:
         return time.monotonic() >= self.renew_at
@@ -258,7 +224,7 @@ class Term:
             fence = self.fence
             self.step_down(f"{self.dependency} unreachable")
             if fence is not None:
-                self._hand_over(fence)
+                self.handover.give_up(fence)
             return False
         self.health.up(self.dependency)
         if not renewed:
@@ -302,7 +268,7 @@ class Term:
 
     def release(self, reason: str) -> None:
         """Stop leading and give the lease up, so a standby takes over at once (through the
-        database when the lease's backend cannot be reached: see :meth:`_hand_over`)."""
+        database when the lease's backend cannot be reached: see :class:`~.handover.Handover`)."""
         fence, self.fence = self.fence, None
         self._on_end()
         self._show_role()
@@ -311,7 +277,7 @@ class Term:
         except LeaseUnavailable:
             released = False
             if fence is not None:
-                self._hand_over(fence)
+                self.handover.give_up(fence)
         if released:
             self._on_released()
         logger.info(
@@ -330,58 +296,7 @@ class Term:
 
     def report_epoch_change(self, row_epoch: int | None) -> None:
         """The leader row no longer names this term: say what happened when it went back."""
-        if row_epoch is not None and self.epoch is not None and row_epoch < self.epoch:
-            # Epochs only grow: this row was edited or restored from a backup. The token check
-            # keeps any older leader's writes out; this node steps down and takes a new epoch.
-            logger.error(
-                "lease.epoch_went_back node=%s epoch=%s row_epoch=%s (the leader row was edited "
-                "by hand or restored; stepping down)",
-                self.node_id,
-                self.epoch,
-                row_epoch,
-            )
-
-    def _hand_over(self, fence: Fence) -> None:
-        """The lease's backend is out of reach, the database maybe not: give the term up there,
-        so a standby frees the lease now rather than when its TTL runs out (Redis lease; the
-        database lease lives in the database, which a standby's session witness covers)."""
-        if self.backend.fences_in_lease:
-            return
-        try:
-            handed = fence.hand_over()
-        except DatabaseError:
-            self._on_database_error()
-            return
-        if handed:
-            logger.warning(
-                "lease.handed_over node=%s epoch=%s: %s unreachable, the term is given up through "
-                "the database",
-                self.node_id,
-                fence.epoch,
-                self.dependency,
-            )
-
-    def _take_handed_over(self) -> bool:
-        """Free and take the lease of a leader that gave its term up in the database (see
-        :meth:`_hand_over`); False if there is none, or another node was first."""
-        if self.backend.fences_in_lease:
-            return False
-        try:
-            token = Fence.handed_over(self.seen_in_database)
-        except DatabaseError:
-            self._on_database_error()
-            return False
-        if token is None or not self.backend.release_held_by(self.lease.name, token):
-            return False
-        taken = self.lease.try_acquire()
-        if taken:
-            logger.info(
-                "lease.taken_over name=%s from=%s node=%s: the holder gave its term up",
-                self.lease.name,
-                node_of(token),
-                self.node_id,
-            )
-        return taken
+        self.watch.report_epoch_change(row_epoch, self.epoch)
 
     def _quiet_release(self) -> bool:
         try:
@@ -393,7 +308,3 @@ class Term:
         found = metrics.get()
         found.leader.labels(node=self.node_id).set(1 if self.is_leader else 0)
         found.lease_epoch.set(self.epoch or 0)
-
-
-def _stamp(at: datetime | None) -> str:
-    return "-" if at is None else at.isoformat(timespec="milliseconds")

@@ -4,11 +4,14 @@ One :class:`Scheduler` runs in each ``manage.py run_scheduler`` process, made of
 
 * :class:`~.leadership.Term` — the lease and the fencing epoch: take, renew, step down, release;
 * :class:`~.recording.Recorder` — the idle query and the fenced batches that record due runs;
+* :class:`~.batches.Batches` — what is due, recorded batch by batch up to the horizon;
 * :class:`~.publishing.Publisher` — runs sent now; :class:`~.armed.ArmedSender` — runs recorded
   ahead, sent at their instant;
 * :class:`~.sweeps.Sweeps` — lost runs and the outbox;
 * :class:`~.clock.ClockWatch` and :class:`~.reporting.Reporter` — the database's clock, and what
   the node tells the cluster page.
+
+:func:`~.parts.build_parts` builds them and gives each its collaborators.
 
 Each pass of the loop, as leader: renew the lease when due (a failed or lost renewal means "stop
 acting as leader now" — back to standby, never a crash); take over a predecessor's unpublished
@@ -33,26 +36,19 @@ import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from django.db import DatabaseError, connections
-from django.utils import timezone
+from django.db import DatabaseError
 
-from ..conf import app_settings
-from ..coordination import Coordination, Sleeper, coordination_for
-from ..core.clock import OffsetClock
+from ..coordination import Coordination, Sleeper
 from ..core.uncertain import WentBack
 from ..dbconn import ReadOnlyServer, read_only_error
 from ..dispatch import Dispatcher
-from ..leases import Lease, LeaseBackend, get_backend
+from ..leases import Lease, LeaseBackend
 from ..ledger.fence import FencedOut
 from ..ops import metrics
-from .armed import SEND_EARLY, Armed, ArmedSender
-from .clock import ClockWatch
-from .health import BACKOFF_MAX, Health
-from .leadership import Term
-from .publishing import Lateness, Publisher
-from .recording import BatchResult, Recorder
-from .reporting import Reporter
-from .sweeps import Sweeps
+from .armed import SEND_EARLY, Armed
+from .health import BACKOFF_MAX
+from .parts import build_parts, reset_connections
+from .recording import Recorder
 from .uncertain import decide_uncertain
 
 logger = logging.getLogger("django_cluster_cron.scheduler")
@@ -60,8 +56,6 @@ logger = logging.getLogger("django_cluster_cron.scheduler")
 # A leader whose statements, or publishes, have kept failing this long (seconds: from the first
 # failure to the latest) gives the lease up.
 RESIGN_AFTER = 1.0
-# A first guess of how long recording one batch takes, until one has been measured.
-BATCH_SECONDS_GUESS = 0.05
 
 
 class Scheduler:
@@ -82,66 +76,31 @@ class Scheduler:
         coordination: Coordination | None = None,
         lookahead: timedelta | None = None,
     ) -> None:
-        self.node_id = node_id
-        self.lease = lease
-        self.backend = backend or get_backend()
-        self.coordination = coordination or coordination_for(self.backend)
-        self.recorder = recorder
-        self.dispatcher = dispatcher
-        self.sleeper = sleeper
-        # "Now" is the database's time (see .clock); tests pass a plain callable.
-        self.clock: Callable[[], datetime] = clock or OffsetClock(
-            host=timezone.now, warn_after=app_settings.CLOCK_SKEW_WARNING
-        )
-        self.poll_interval = poll_interval or app_settings.POLL_INTERVAL
-        self.batch_size = batch_size or app_settings.BATCH_SIZE
-        # Record runs this far before they are due, holding at most this many prepared.
-        self.lookahead = app_settings.LOOKAHEAD if lookahead is None else lookahead
-        self.lookahead_runs = app_settings.LOOKAHEAD_RUNS
-        self.stop = stop or threading.Event()
-        self.health = Health()
-        self.term = Term(
+        parts = build_parts(
             node_id=node_id,
             lease=lease,
-            backend=self.backend,
-            health=self.health,
-            renew_interval=renew_interval or min(app_settings.RENEW_INTERVAL, lease.ttl / 3),
-            on_end=self._term_ended,
-            on_released=lambda: self.coordination.changes.publish("lease:released"),
-            on_database_error=_reset_connections,
-            reach_broker=getattr(dispatcher, "reach", None),
+            recorder=recorder,
+            dispatcher=dispatcher,
+            clock=clock,
+            renew_interval=renew_interval,
+            poll_interval=poll_interval,
+            batch_size=batch_size,
+            stop=stop,
+            backend=backend,
+            coordination=coordination,
+            lookahead=lookahead,
+            on_term_end=self._term_ended,
             on_went_back=self._went_back,
         )
+        self.node_id, self.lease, self.recorder = node_id, lease, recorder
+        self.dispatcher, self.sleeper = dispatcher, sleeper
+        self.backend, self.coordination = parts.backend, parts.coordination
+        self.clock, self.poll_interval, self.stop = parts.clock, parts.poll_interval, parts.stop
+        self.health, self.term, self.lateness = parts.health, parts.term, parts.lateness
+        self.publisher, self.sender, self.batches = parts.publisher, parts.sender, parts.batches
+        self.sweeps, self.clock_watch = parts.sweeps, parts.clock_watch
+        self.reporter = parts.reporter
         self._uncertain: WentBack | None = None
-        self.lateness = Lateness()
-        self.publisher = Publisher(
-            dispatcher=dispatcher,
-            term=self.term,
-            clock=self.clock,
-            health=self.health,
-            lateness=self.lateness,
-        )
-        self.sender = ArmedSender(
-            dispatcher=dispatcher,
-            term=self.term,
-            clock=self.clock,
-            health=self.health,
-            publisher=self.publisher,
-            lateness=self.lateness,
-            batch_size=self.batch_size,
-            lookahead_runs=self.lookahead_runs,
-        )
-        self.sweeps = Sweeps(
-            term=self.term, clock=self.clock, publisher=self.publisher, batch_size=self.batch_size
-        )
-        self.clock_watch = ClockWatch(self.clock, node_id)
-        self.reporter = Reporter(
-            reports=self.coordination.reports,
-            node_id=node_id,
-            ttl=max(30.0, self.poll_interval * 3, lease.ttl * 3),
-        )
-        self._batch_seconds = BATCH_SECONDS_GUESS
-        self._reported_invalid: set[int] = set()
         self.last_tick: datetime | None = None
         # When (monotonic) the last pass of the loop ended: liveness for the health probe.
         self.last_pass: float | None = None
@@ -205,7 +164,7 @@ class Scheduler:
         Returns whether this node led (False: another node holds the lease). Nothing is
         recorded ahead: this process will not be there at the instant.
         """
-        self.lookahead = timedelta(0)
+        self.batches.lookahead = timedelta(0)
         try:
             self.step()
             return self.is_leader
@@ -251,7 +210,7 @@ class Scheduler:
         after a database error.
         """
         if not self.is_leader:
-            self.clock_watch.check_as_standby(on_database_error=_reset_connections)
+            self.clock_watch.check_as_standby(on_database_error=reset_connections)
             delay = self.term.try_lead(self.poll_interval)
             if not self.term.is_leader:
                 return delay
@@ -264,7 +223,7 @@ class Scheduler:
                 self._settle_uncertain(self._uncertain)
             if self.sender.taking_over:
                 self.sender.take_over()
-                self._return_parked()
+                self.batches.return_parked()
             self.sender.send_due()
             # The idle path is this one query, whatever the number of jobs: the epoch, the
             # database's clock and the earliest next run (an indexed MIN).
@@ -281,8 +240,8 @@ class Scheduler:
                 self._settle_uncertain(went)
             self.last_tick = self.clock()
             next_due = state.next_due
-            if next_due is not None and next_due <= self._horizon(self.clock()):
-                self._dispatch_due()
+            if next_due is not None and next_due <= self.batches.horizon(self.clock()):
+                self.batches.record_due()
                 next_due = self.recorder.next_due_at()
             self.sender.mark_sent()
             self.sweeps.sweep_if_due()
@@ -291,7 +250,7 @@ class Scheduler:
             self.term.release("fenced")
             return self.poll_interval
         except DatabaseError as exc:
-            _reset_connections()
+            reset_connections()
             # The change channel too: after a failover its connection may still listen to the
             # old server, where no change is ever announced again (it re-subscribes at its next
             # wait, and polls while it cannot).
@@ -334,61 +293,10 @@ class Scheduler:
                 now=self.clock(),
                 node_id=self.node_id,
                 ttl=timedelta(seconds=self.lease.ttl),
-                lookahead=self.lookahead,
+                lookahead=self.batches.lookahead,
             )
 
-    # -- recording what is due -------------------------------------------------------------
-
-    def _horizon(self, now: datetime) -> datetime:
-        """How far ahead this pass records: the look-ahead while its run budget has room and
-        no instant already prepared comes due before a batch could be recorded."""
-        if self.lookahead <= timedelta(0) or self.armed.count >= self.lookahead_runs:
-            return now
-        earliest = self.armed.earliest()
-        if earliest is not None and (earliest - now).total_seconds() < self._batch_seconds:
-            return now
-        return now + self.lookahead
-
-    def _dispatch_due(self) -> None:
-        """Record and publish what is due, and record ahead up to the horizon, batch by batch;
-        an instant prepared earlier that comes due meanwhile is sent between two batches."""
-        while self.is_leader and not self.stop.is_set():
-            if not self.term.fresh_or_renewed():
-                return
-            fence = self.term.fence
-            assert fence is not None
-            self.sender.send_due()
-            now = self.clock()
-            horizon = self._horizon(now)
-            limit = self.batch_size
-            if horizon > now:
-                limit = min(limit, self.lookahead_runs - self.armed.count)
-            started = time.monotonic()
-            batch = self.recorder.schedule_due(
-                now=now, fence=fence, node_id=self.node_id, limit=limit, horizon=horizon
-            )
-            if batch.jobs:
-                took = (time.monotonic() - started) * self.batch_size / batch.jobs
-                self._batch_seconds = 0.7 * self._batch_seconds + 0.3 * took
-            self._report_invalid(batch.invalid)
-            if batch.missed or batch.skipped:
-                logger.info("runs.recorded missed=%s skipped=%s", batch.missed, batch.skipped)
-            _count_slots(batch)
-            self.publisher.publish(batch.messages)
-            self.sender.arm(batch.ahead)
-            if batch.jobs < limit:
-                return
-
-    def _return_parked(self) -> None:
-        for job_id in self.recorder.return_parked(self.clock()):
-            self._reported_invalid.discard(job_id)
-            logger.warning("job.returned job=%s: the problem it was parked for is gone", job_id)
-
-    def _report_invalid(self, invalid: list[tuple[int, str]]) -> None:
-        for job_id, error in invalid:
-            if job_id not in self._reported_invalid:
-                self._reported_invalid.add(job_id)
-                logger.error("job.invalid job=%s parked until fixed: %s", job_id, error)
+    # -- pacing ---------------------------------------------------------------------------
 
     def _sleep_for(self, next_due: datetime | None) -> float:
         """Until the next renewal or sweep, the next prepared instant, or the moment the next
@@ -401,30 +309,10 @@ class Scheduler:
         if earliest is not None:
             delay = min(delay, (earliest - now).total_seconds() - SEND_EARLY)
         if next_due is not None:
-            wake = next_due - (self._horizon(now) - now)
+            wake = next_due - (self.batches.horizon(now) - now)
             if wake <= now:
                 # Due within the look-ahead yet not recorded: a job whose overlap policy decides
                 # at its instant. Look again before then, for jobs entering the look-ahead.
-                wake = min(next_due, now + max(self.lookahead / 4, timedelta(seconds=1)))
+                wake = min(next_due, now + max(self.batches.lookahead / 4, timedelta(seconds=1)))
             delay = min(delay, (wake - now).total_seconds())
         return max(0.0, delay)
-
-
-def _count_slots(batch: BatchResult) -> None:
-    """Count what the batch decided: runs to send now and runs recorded ahead alike."""
-    slots = metrics.get().slots
-    decided = [*batch.messages, *batch.ahead]
-    for trigger in ("schedule", "catchup"):
-        recorded = sum(1 for m in decided if m.trigger == trigger)
-        if recorded:
-            slots.labels(outcome=trigger).inc(recorded)
-    if batch.missed:
-        slots.labels(outcome="missed").inc(batch.missed)
-    if batch.skipped:
-        slots.labels(outcome="skipped").inc(batch.skipped)
-
-
-def _reset_connections() -> None:
-    for connection in connections.all(initialized_only=True):
-        with contextlib.suppress(DatabaseError):
-            connection.close()

@@ -1,4 +1,5 @@
-"""The leader sends runs now: publish, say what happened, mark them published under its fence.
+"""The leader sends runs now, through the one send flow (:func:`django_cluster_cron.dispatch.
+publish_now`): publish, say what happened, mark them published under its fence.
 
 Runs due when they are recorded, runs a predecessor left unpublished, runs the outbox sweep
 sends again and lost runs retried all go out here; runs recorded ahead go out at their instant
@@ -14,9 +15,10 @@ import logging
 from collections.abc import Callable, Iterable
 from datetime import datetime
 
-from ..dispatch import Dispatcher, publish
+from ..dispatch import Dispatcher, Sent, publish_now
 from ..ledger.late import settle_unsent
-from ..ledger.outbox import OutboxMessage, mark_published
+from ..ledger.outbox import OutboxMessage
+from ..models import RunTrigger
 from ..ops import metrics
 from ..ops.tracing import DispatchSpans
 from .health import Health
@@ -75,6 +77,8 @@ class Publisher:
             slots = metrics.get().slots
             if settled.missed:
                 slots.labels(outcome="missed").inc(settled.missed)
+            for job_name, count in settled.missed_by_job.items():
+                metrics.get().not_run(job_name, "catchup_window", count)
         self.publish(settled.send)
 
     def publish(self, messages: list[OutboxMessage]) -> None:
@@ -82,14 +86,30 @@ class Publisher:
         if not messages or fence is None:
             return
         messages = self.spans.start(messages, epoch=fence.epoch)
-        result = publish(self.dispatcher, messages)
+
+        def report(result: Sent) -> None:
+            self._report(messages, result, fence.epoch)
+
+        publish_now(
+            self.dispatcher,
+            messages,
+            now=self.clock,
+            fence=fence,
+            node_id=self.term.node_id,
+            report=report,
+        )
+
+    def _report(self, messages: list[OutboxMessage], result: Sent, epoch: int) -> None:
+        """What a publish got out, before it is marked: the broker's health, the lateness of
+        the on-time runs, the dispatch spans and log lines."""
         if result.failure is not None:  # the rest stay pending: the outbox sends them later
             self.health.down("broker", result.failure)
             metrics.get().publish_failures.inc(len(messages) - len(result.messages))
         else:
             self.health.up("broker")
         # An on-time slot's first send: a copy the outbox sends again is not the slot's lateness.
-        on_time = [m for m in result.messages if m.trigger == "schedule" and not m.publish_count]
+        sent = result.messages
+        on_time = [m for m in sent if m.trigger == RunTrigger.SCHEDULE and not m.publish_count]
         lags: dict[int, float] = {}
         if on_time:
             now = self.clock()
@@ -97,8 +117,7 @@ class Publisher:
             self.lateness.observe(list(lags.values()))
         self.spans.end([m.run_id for m in result.messages], lateness=lags.get)
         self.spans.end([m.run_id for m in messages], error=result.failure or "not sent")
-        log_dispatched(result.messages, fence.epoch)
-        mark_published(result.messages, now=self.clock(), fence=fence, node_id=self.term.node_id)
+        log_dispatched(result.messages, epoch)
 
 
 def log_dispatched(messages: Iterable[OutboxMessage], epoch: int) -> None:

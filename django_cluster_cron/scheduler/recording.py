@@ -23,19 +23,22 @@ from django.db.models import DateTimeField, F, Func, Min, Subquery
 from ..core.ahead import AheadPlan, plan_ahead
 from ..core.catchup import CatchupRules, SlotPlan, plan_slots
 from ..core.errors import ScheduleError
-from ..core.overlap import OverlapPolicy
+from ..core.exclusions import ExcludingSchedule
+from ..core.overlap import OverlapPolicy, Verdict
 from ..dbconn import ServerReadOnly
 from ..dbtime import DbNow, as_utc
 from ..leases.base import LEADER
+from ..ledger.buffer import preempt
 from ..ledger.fastinsert import insert_ignoring_conflicts
 from ..ledger.fence import Fence
 from ..ledger.outbox import OutboxMessage
 from ..ledger.rows import (
+    RECORDED_AS,
     ROW_FIELDS,
     RunRow,
     activity,
     missed_reason,
-    overlap_refusal_for,
+    overlap_decision,
     run_row,
 )
 from ..models import JobDefinition, JobRun, RunStatus, RunTrigger, SchedulerLease, catchup_limits
@@ -68,6 +71,10 @@ class BatchResult:
     missed: int = 0
     skipped: int = 0
     invalid: list[tuple[int, str]] = field(default_factory=list)
+    # Slots not run, by (job name, why): the cluster_cron_slots_not_run_total metric.
+    not_run: Counter[tuple[str, str]] = field(default_factory=Counter)
+    # Jobs whose newest slot waits for their runs to stop (cancel_other, terminate_other).
+    preempt: dict[int, tuple[JobDefinition, datetime]] = field(default_factory=dict)
 
 
 def _advance(jobs: Sequence[JobDefinition]) -> None:
@@ -251,13 +258,21 @@ class Recorder:
                     planned = plans[key] = (plan, ahead)
                 plan, ahead = planned
                 rows.extend(self._rows_for(job, plan, ahead, active, result))
-                job.last_scheduled_at = ahead.watermark if ahead else plan.watermark
+                watermark = ahead.watermark if ahead else plan.watermark
+                if isinstance(schedule, ExcludingSchedule) and watermark > last:
+                    excluded = schedule.excluded_between(last, watermark)
+                    result.not_run[job.name, "excluded"] += excluded
+                job.last_scheduled_at = watermark
                 next_run_at = ahead.next_run_at if ahead else plan.next_run_at
                 job.next_run_at = None if job.runs_exhausted else next_run_at
                 advanced.append(job)
             result.jobs = len(jobs)
             constants = {"dispatched_by": node_id, "epoch": fence.epoch}
             insert_ignoring_conflicts(JobRun, ROW_FIELDS, rows, constants, now=now)
+            for job, slot in result.preempt.values():
+                stopped = preempt(job, slot)
+                result.not_run[job.name, "cancelled"] += stopped.cancelled
+                result.not_run[job.name, "overlap"] += stopped.superseded
             _advance(advanced)
             pending_ids = [r.task_id for r in rows if r.status == RunStatus.PENDING]
             if pending_ids:
@@ -328,15 +343,18 @@ class Recorder:
                     job.max_runs,
                 )
                 break
-            refusal = overlap_refusal_for(job, counts)
+            decision = overlap_decision(job, counts)
             trigger, due = planned.trigger.value, planned.due_at
-            if refusal:
+            status = RECORDED_AS[decision.verdict]
+            rows.append(run_row(job, planned.slot, trigger, status, decision.reason, due))
+            if decision.verdict is Verdict.SKIP:
                 result.skipped += 1
-                rows.append(run_row(job, planned.slot, trigger, RunStatus.SKIPPED, refusal, due))
-            else:
-                rows.append(run_row(job, planned.slot, trigger, RunStatus.PENDING, due=due))
-                if job.max_runs is not None:
-                    job.scheduled_runs += 1
+                result.not_run[job.name, decision.why_not_run] += 1
+                continue
+            if decision.stop_others:
+                result.preempt[job.pk] = (job, planned.slot)
+            if job.max_runs is not None:
+                job.scheduled_runs += 1
         reason = missed_reason(job.catchup_policy)
         missed = [
             run_row(job, slot, RunTrigger.CATCHUP, RunStatus.MISSED, reason) for slot in plan.missed
@@ -352,5 +370,7 @@ class Recorder:
             if missed:
                 missed[0] = missed[0]._replace(reason=f"{reason}; {summary}"[:255])
         result.missed += len(missed)
+        if missed:
+            result.not_run[job.name, "catchup_window"] += len(missed)
         rows.extend(missed)
         return rows

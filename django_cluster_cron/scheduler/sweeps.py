@@ -9,6 +9,14 @@
   run sent after it was taken first. A run waiting its turn in a backlog that workers are
   draining is not sent again, however long the backlog. A run never sent that is past its
   time goes by its job's catch-up policy (missed, or sent as a catch-up run), as any late slot.
+* **Buffers** (every heartbeat interval) — a job's oldest held-back run (``buffered``) is sent
+  once nothing of the job runs ahead of it; held-back runs past the catch-up window are
+  ``missed``, those of a paused job ``skipped``; the depths go to the buffer gauge.
+* **Cancels past their grace** (every heartbeat interval) — a run asked to stop that still runs
+  ``cancel_grace`` after the request, on a pool that can terminate it, becomes ``terminating``
+  and its worker is asked to stop it with SIGTERM (Celery's ``revoke(terminate=True)``); one
+  still terminating a grace (at least ``KILL_WAIT``) later gets SIGKILL. Its worker records it
+  ``cancelled``; if the worker itself died, the lost-run sweep does.
 """
 
 from __future__ import annotations
@@ -16,18 +24,23 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from .. import signals
 from ..conf import app_settings
-from ..ledger import failures, outbox
+from ..dispatch import terminate
+from ..ledger import buffer, failures, outbox, transitions
 from ..ledger.outbox import OutboxMessage
-from ..ledger.transitions import recover_lost
+from ..models import JobRun, RunStatus
 from ..ops import metrics
 from .leadership import Term
 from .publishing import Publisher
 
 logger = logging.getLogger("django_cluster_cron.scheduler")
+
+# A run still terminating this long after its SIGTERM is due (at the least) gets SIGKILL: its
+# job's cancel grace again, never less than this.
+KILL_WAIT = timedelta(seconds=5)
 
 
 class Sweeps:
@@ -48,17 +61,69 @@ class Sweeps:
         self.interval = min(self.republish_after, self.lost_after).total_seconds() / 2
         # When (monotonic) the next sweep is due; a new term sweeps at once.
         self.due_at = 0.0
+        self.cancels_due_at = 0.0
+        self.killed: set[int] = set()  # runs this node sent SIGKILL for (once each)
 
     def sweep_if_due(self) -> None:
         if time.monotonic() >= self.due_at:
             self.recover_lost()
             self.republish_stale()
             self.due_at = time.monotonic() + self.interval
+        if time.monotonic() >= self.cancels_due_at:
+            self.stop_overdue()
+            self.release_buffers()
+            self.cancels_due_at = time.monotonic() + app_settings.RUN_HEARTBEAT_INTERVAL
+
+    def release_buffers(self) -> None:
+        """Send the next run a job holds back once nothing of it runs ahead (a worker that
+        ended the run ahead releases it first; this catches the rest: a run lost, revoked,
+        cancelled before it started), age out and drop what must go, and export the depths."""
+        found = metrics.get()
+        jobs = buffer.buffering_jobs()
+        if jobs:
+            released = buffer.release(jobs, now=self.clock())
+            for name, count in released.aged.items():
+                found.not_run(name, "catchup_window", count)
+            for name, count in released.dropped.items():
+                found.not_run(name, "paused", count)
+            for run in released.runs:
+                logger.info("run.released run=%s job=%s", run.pk, run.job_id)
+            self.publisher.publish([OutboxMessage.for_run(run) for run in released.runs])
+        if found is not metrics.NULL:
+            found.buffer_depths(buffer.depths())
+
+    def stop_overdue(self) -> None:
+        """Terminate the runs whose cancel outlasted its grace; kill those that outlast it
+        again (see the module)."""
+        fence = self.term.fence
+        assert fence is not None
+        now = self.clock()
+        for run in transitions.terminating(now=now, fence=fence, limit=self.batch_size):
+            self._signal(run, "SIGTERM")
+        for run in transitions.still_terminating(now=now, after=KILL_WAIT, skip=self.killed):
+            self.killed.add(run.pk)
+            self._signal(run, "SIGKILL")
+
+    def _signal(self, run: JobRun, signal: str) -> None:
+        logger.warning(
+            "run.terminating run=%s job=%s task_id=%s signal=%s worker=%s",
+            run.pk,
+            run.job_id,
+            run.task_id,
+            signal,
+            run.worker,
+        )
+        try:
+            terminate(run.task_id, signal)
+        except Exception as exc:  # the broker is away: the next sweep sends it again
+            logger.error("run.terminate_failed run=%s signal=%s error=%s", run.pk, signal, exc)
+            if signal == "SIGKILL":
+                self.killed.discard(run.pk)
 
     def recover_lost(self) -> None:
         fence = self.term.fence
         assert fence is not None
-        lost = recover_lost(
+        lost = transitions.lost(
             now=self.clock(), lost_after=self.lost_after, fence=fence, limit=self.batch_size
         )
         if not lost:
@@ -73,6 +138,9 @@ class Sweeps:
             )
             signals.send(signals.run_lost, item.run, retried=item.retried, reason=item.reason)
             metrics.get().runs_lost.labels(retried=str(item.retried).lower()).inc()
+            if item.run.status == RunStatus.CANCELLED:  # asked to stop: never a failure
+                metrics.get().not_run(item.run.job.name, "cancelled")
+                continue
             if not item.retried:
                 signals.send(signals.run_failed, item.run, error=None)
                 failures.note_failure(item.run.job)

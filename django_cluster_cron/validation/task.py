@@ -14,10 +14,12 @@ from django.core.exceptions import ImproperlyConfigured, ValidationError
 from ..celery_app import (
     configured,
     get_celery_app,
+    pool_name,
     private_task_reason,
     registered_name,
     registered_task_names,
     task_signature,
+    terminate_refusal,
 )
 from ..conf import app_settings
 from ..djtasks_app import Refused, frameworks, imported, resolve_task, target
@@ -29,6 +31,7 @@ _TASK_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*([.:\-][A-Za-z0-9_]+)*$")
 CELERY_PRIORITIES = (0, 255)
 TASKS_PRIORITIES = (-100, 100)
 TIME_LIMIT_FIELDS = ("soft_time_limit", "time_limit")
+TERMINATE_OTHER = "terminate_other"
 
 
 def allowlist_reason(task: str) -> str | None:
@@ -127,8 +130,22 @@ def task_errors(job: Any) -> dict[str, ValidationError]:
             for field in TIME_LIMIT_FIELDS
             if getattr(job, field)
         )
+        cannot = f"A django.tasks task cannot be terminated: {terminate_refusal('django.tasks')}."
+        if job.cancel_grace is not None:
+            errors["cancel_grace"] = ValidationError(
+                f"{cannot} Leave it empty.", code="cannot_terminate"
+            )
+        if job.overlap_policy == TERMINATE_OTHER:
+            errors["overlap_policy"] = ValidationError(
+                f"{cannot} Use cancel_other: it asks the running run to stop.",
+                code="cannot_terminate",
+            )
     else:
         signature = _celery_signature(job.task)
+        if job.cancel_grace is not None:
+            errors.update(_pool_errors("cancel_grace", "Leave it empty"))
+        if job.overlap_policy == TERMINATE_OTHER:
+            errors.update(_pool_errors("overlap_policy", "Use cancel_other"))
         low, high = CELERY_PRIORITIES
         if job.priority is not None and not low <= job.priority <= high:
             errors["priority"] = ValidationError(
@@ -140,6 +157,27 @@ def task_errors(job: Any) -> dict[str, ValidationError]:
     if signature is not None and isinstance(job.args, list) and isinstance(job.kwargs, dict):
         errors.update(argument_errors(job.task, signature, job.args, job.kwargs))
     return errors
+
+
+def _pool_errors(field: str, instead: str) -> dict[str, ValidationError]:
+    """A terminate (a cancel grace, the terminate_other policy) is refused where the project's
+    Celery workers cannot terminate a task (the app's ``worker_pool``: what ``celery worker``
+    runs unless ``-P`` says otherwise)."""
+    try:
+        pool = pool_name(get_celery_app().conf.worker_pool or "prefork")
+    except ImproperlyConfigured:
+        return {}
+    refusal = terminate_refusal(pool)
+    if refusal is None:
+        return {}
+    return {
+        field: ValidationError(
+            f"Runs cannot be terminated here: {refusal} (Celery's worker_pool setting is "
+            f"{pool!r}). {instead}, or run the workers with -P prefork, eventlet or gevent "
+            "and set worker_pool so.",
+            code="cannot_terminate",
+        )
+    }
 
 
 NO_TIME_LIMITS = (

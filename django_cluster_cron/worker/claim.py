@@ -16,8 +16,8 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connection
 
@@ -106,24 +106,6 @@ def new_token() -> str:
     return uuid.uuid4().hex
 
 
-def message_header(request: Any, name: str) -> object:
-    """A header of the delivered message: Celery puts a message's headers in its request (a
-    worker's delivery) or, for ``apply(headers=...)``, under ``request.headers``."""
-    get = getattr(request, "get", None)
-    if get is None:
-        return None
-    value = get(name)
-    if value is None:
-        headers = get("headers")
-        if isinstance(headers, Mapping):
-            value = headers.get(name)
-    return value
-
-
-def is_id(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**63
-
-
 # A message that arrives before its run is due (its publisher's clock estimate was off by a
 # few milliseconds) waits this long at most, then claims again; one earlier than that is left to
 # the leader's outbox, which sends it again once the run is due.
@@ -137,16 +119,18 @@ def claim(
     result_id: str = "",
     token: str = "",
     retried: bool = False,
+    pool: str = "",
 ) -> JobRun | None:
     """Take the run for this delivery (one delivery can win); stamps are database time.
 
     The claim only takes a run that is due: a message early by up to ``EARLY_WAIT_LIMIT``
     waits for it; an earlier one is acknowledged without running (``run.early_message``).
     ``token`` is this delivery's own: a claim ``retried`` after its answer was lost finds the
-    run it claimed then by it.
+    run it claimed then by it. ``pool``: how this worker runs tasks (kept on the run: whether
+    it can be terminated).
     """
     for _ in range(3):
-        run = claim_run(run_id, task_id, attempt, worker_name(), result_id, token)
+        run = claim_run(run_id, task_id, attempt, worker_name(), result_id, token, pool)
         if run is not None:
             return run
         if retried and token:

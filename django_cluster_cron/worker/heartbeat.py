@@ -1,49 +1,89 @@
-"""The heartbeat of running runs: one thread per worker process stamps all of them.
+"""The heartbeat of running runs: one thread per worker process stamps all of them, and brings
+back the cancels asked for.
 
 While a run's body executes, its ``heartbeat_at`` must move (database time), or the leader
 declares the run lost after ``RUN_LOST_AFTER``. One thread per process serves every run the
 process is executing — a prefork child runs one at a time, a thread or gevent pool many — with
-one UPDATE per beat, so starting and ending a run costs a dictionary entry, not a thread. The
-thread is started on first use in each process (a forked child starts its own) and has its own
-database connection, closed after an error (the next beat reconnects) and whenever a beat finds
-nothing running (an idle process holds no connection for it).
+one statement per beat (:func:`django_cluster_cron.ledger.heartbeats.stamp`), so starting and
+ending a run costs a dictionary entry, not a thread. The thread is started on first use in each
+process (a forked child starts its own) and has its own database connection, closed after an
+error (the next beat reconnects) and whenever a beat finds nothing running (an idle process
+holds no connection for it).
 
-A beat matches only rows still ``running`` at the attempt this process executes: a run that has
-finished, or that the leader moved on to another attempt elsewhere, is never stamped.
+A beat matches only rows still executing at the attempt this process executes: a run that has
+finished, or that the leader moved on to another attempt elsewhere, is never stamped. The same
+statement says which runs have a cancel asked for: the beat marks the run the body sees
+(``current_run().cancel_requested``) and, for a job with ``cancel_interrupts``, raises
+:class:`~django_cluster_cron.models.RunCancelled` in the body's thread — once, at the next
+Python instruction it executes (a body blocked in one long call into C sees it when that call
+returns; under gevent or eventlet, whose green threads share one thread, it only marks the run).
 """
 
 from __future__ import annotations
 
-import functools
+import ctypes
+import dataclasses
 import logging
-import operator
 import os
+import sys
 import threading
+from collections.abc import Callable
+from typing import TypeVar
 
 from django.db import connection
-from django.db.models import Q
+from django.utils import timezone
 
 from ..conf import app_settings
-from ..dbtime import DbNow
-from ..models import JobRun, RunStatus
+from ..ledger.heartbeats import stamp
+from ..models import JobRun, RunCancelled
 
-__all__ = ["RunHeartbeat", "beating"]
+__all__ = ["RunHeartbeat", "beating", "call_beating"]
+
+T = TypeVar("T")
 
 logger = logging.getLogger("django_cluster_cron.worker")
 
 
+def _green_threads() -> bool:
+    """Whether gevent or eventlet patched threading here: their green threads share one thread,
+    so an exception raised in "the body's thread" could land in another run's body."""
+    gevent = sys.modules.get("gevent.monkey")
+    if gevent is not None and gevent.is_module_patched("threading"):
+        return True
+    eventlet = sys.modules.get("eventlet.patcher")
+    return bool(eventlet is not None and eventlet.is_monkey_patched("thread"))
+
+
+def _raise_in(thread: int, exc: type[BaseException] | None) -> None:
+    """Have ``thread`` raise ``exc`` at its next Python instruction (None: take back one that
+    it has not raised yet)."""
+    raised = ctypes.py_object(exc) if exc is not None else None
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread), raised)
+
+
+@dataclasses.dataclass
+class _Beating:
+    """A run this process executes: its row's instance (the body's ``current_run()``), the
+    thread its body runs in, and whether a cancel raises there (and was raised)."""
+
+    run: JobRun
+    thread: int
+    interrupts: bool
+    interrupted: bool = False
+
+
 class _Beater:
-    """This process's heartbeat thread and the runs it stamps (run id -> attempt)."""
+    """This process's heartbeat thread and the runs it stamps (run id -> what it beats for)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._runs: dict[int, int] = {}
+        self._runs: dict[int, _Beating] = {}
         self._pid = 0
         self._nudge = threading.Condition(self._lock)
         self._waiting_for = 0.0
         self._thread: threading.Thread | None = None
 
-    def add(self, run_id: int, attempt: int) -> None:
+    def add(self, beating: _Beating) -> None:
         with self._lock:
             if self._pid != os.getpid():  # first use in this process (or a forked copy)
                 self._pid = os.getpid()
@@ -52,18 +92,22 @@ class _Beater:
                     target=self._loop, name="cluster-cron-heartbeat", daemon=True
                 )
                 self._thread.start()
-            self._runs[run_id] = attempt
+            self._runs[beating.run.pk] = beating
             if self._waiting_for > app_settings.RUN_HEARTBEAT_INTERVAL:
                 # The interval was shortened (settings changed while it slept): wait anew.
                 self._nudge.notify()
 
     def remove(self, run_id: int) -> None:
+        """Stop beating for the run; a cancel raised for it and not yet raised is taken back
+        (after this, nothing is raised in its thread)."""
         with self._lock:
-            self._runs.pop(run_id, None)
+            beating = self._runs.pop(run_id, None)
+            if beating is not None and beating.interrupted:
+                _raise_in(beating.thread, None)
 
     def running(self) -> dict[int, int]:
         with self._lock:
-            return dict(self._runs)
+            return {run_id: beating.run.attempt for run_id, beating in self._runs.items()}
 
     def _loop(self) -> None:
         try:
@@ -73,7 +117,7 @@ class _Beater:
                     self._waiting_for = interval
                     nudged = self._nudge.wait(interval)
                     self._waiting_for = 0.0
-                    runs = dict(self._runs)
+                    runs = {run_id: b.run.attempt for run_id, b in self._runs.items()}
                 if nudged:
                     continue
                 if runs:
@@ -84,16 +128,33 @@ class _Beater:
             connection.close()
 
     def _beat(self, runs: dict[int, int]) -> None:
-        match = functools.reduce(
-            operator.or_, (Q(pk=run_id, attempt=attempt) for run_id, attempt in runs.items())
-        )
         try:
-            JobRun.objects.filter(match, status=RunStatus.RUNNING).update(heartbeat_at=DbNow())
+            asked = stamp(runs)
         except Exception as exc:  # the database may be briefly away: try next beat
             logger.warning("run.heartbeat_failed runs=%s error=%s", sorted(runs), exc)
             # A broken connection stays broken in this thread (nothing else recycles it): drop
             # it so the next beat reconnects, or the runs would look lost.
             connection.close()
+            return
+        if asked:
+            self._deliver(asked)
+
+    def _deliver(self, asked: dict[int, str]) -> None:
+        """Bring the cancels asked for to the bodies still running here."""
+        green = _green_threads()
+        with self._lock:
+            for run_id, by in asked.items():
+                beating = self._runs.get(run_id)
+                if beating is None or beating.interrupted:
+                    continue
+                run = beating.run
+                if run.cancel_requested_at is None:
+                    run.cancel_requested_at = timezone.now()
+                    run.cancel_requested_by = by
+                    logger.warning("run.cancel_seen run=%s by=%s", run_id, by)
+                if beating.interrupts and not green:
+                    beating.interrupted = True
+                    _raise_in(beating.thread, RunCancelled)
 
 
 _beater = _Beater()
@@ -105,14 +166,31 @@ def beating() -> dict[int, int]:
 
 
 class RunHeartbeat:
-    """Keeps one run's ``heartbeat_at`` moving between :meth:`start` and :meth:`stop`."""
+    """Keeps one run's ``heartbeat_at`` moving between :meth:`start` and :meth:`stop`, and
+    brings it its cancel (raised in the thread that called :meth:`start` if ``interrupts``)."""
 
-    def __init__(self, run_id: int, attempt: int) -> None:
-        self.run_id = run_id
-        self.attempt = attempt
+    def __init__(self, run: JobRun, *, interrupts: bool = False) -> None:
+        self.run = run
+        self.interrupts = interrupts
 
     def start(self) -> None:
-        _beater.add(self.run_id, self.attempt)
+        _beater.add(_Beating(self.run, threading.get_ident(), self.interrupts))
 
     def stop(self) -> None:
-        _beater.remove(self.run_id)
+        _beater.remove(self.run.pk)
+
+
+def call_beating(run: JobRun, call: Callable[[], T], *, interrupts: bool = False) -> T:
+    """``call()`` (a run's body) while the heartbeat stamps ``run``; a cancel raised in the body
+    by the heartbeat is raised there or not at all (never after this returns)."""
+    heartbeat = RunHeartbeat(run, interrupts=interrupts)
+    heartbeat.start()
+    try:
+        return call()
+    finally:
+        while True:
+            try:
+                heartbeat.stop()
+                break
+            except RunCancelled:  # raised just as the body ended: the ledger decides its fate
+                continue

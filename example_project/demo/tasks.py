@@ -84,7 +84,10 @@ def witness(seconds: float = 0.0) -> int:
         pid=os.getpid(),
         started_at=timezone.now(),
     )
-    if seconds:
-        time.sleep(float(seconds))
+    # Works for ``seconds`` in short steps, and stops early once the run is asked to stop (an
+    # operator's cancel, or a newer slot of a cancel_other job).
+    deadline = time.monotonic() + float(seconds)
+    while time.monotonic() < deadline and not run.cancel_requested:
+        time.sleep(min(0.05, max(deadline - time.monotonic(), 0.0)))
     Execution._default_manager.filter(pk=execution.pk).update(finished_at=timezone.now())
     return int(execution.pk)

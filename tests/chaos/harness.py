@@ -16,7 +16,8 @@ the database lease, and no Redis faults). Their task body,
 ``demo.witness``, writes every execution (job, slot, attempt, pid, start, end) to
 ``demo.Execution`` — a record of what actually ran, separate from the run ledger.
 
-Faults come on a timetable drawn from the seed: SIGKILL the leader; SIGSTOP it past the lease TTL
+Faults come on a timetable drawn from the seed: an operator cancels a running run; SIGKILL the
+leader; SIGSTOP it past the lease TTL
 then SIGCONT; SIGTERM a node and start a new one; restart Redis; terminate every database
 connection; SIGKILL a worker mid-task; publish duplicate copies of run messages to the broker;
 cut the leader's link to the database or to Redis (refused or silent, past the lease TTL, then
@@ -30,9 +31,11 @@ or as a crash, just after a burst fired.
 
 Then it stops the faults, lets the cluster settle, and checks, from the witness and the ledger:
 no (job, slot, attempt) executed twice, and a slot executed more than once only as declared
-retries; every slot inside the checked window has a run or a missed/skipped record; `skip` jobs
-never overlapped; no run is left waiting or running; each fencing epoch belongs to one node and
-epochs never interleave. It prints a summary and exits non-zero on any violation.
+retries; every slot inside the checked window has a run or a missed/skipped record; `skip`,
+`buffer_all` and `cancel_other` jobs never ran two bodies at once; no run is left waiting, held
+back or running; a run asked to stop never ran again; no buffer held more than its cap; each
+fencing epoch belongs to one node and epochs never interleave. It prints a summary and exits
+non-zero on any violation.
 """
 
 from __future__ import annotations
@@ -58,8 +61,10 @@ from types import ModuleType
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+from tests.chaos.epochs import epoch_violations
 from tests.support.netfault import FaultyLink, port_of, url_through
 from tests.support.pgserver import PostgresServer
+from tests.support.timing import stalls, ttl_outlasting
 from tests.support.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,12 +78,14 @@ SETTINGS = {
     "LEASE_TTL": TTL,
     "POLL_INTERVAL": POLL,
     "RUN_HEARTBEAT_INTERVAL": 0.5,
-    "RUN_LOST_AFTER": 3,
+    # Lost after a silence that three stalled heartbeats cannot make.
+    "RUN_LOST_AFTER": ttl_outlasting(calls=3),
     "OUTBOX_REPUBLISH_AFTER": 2,
     "CATCHUP_CAP": 200,
     "LEASE_BACKEND": "database" if DJANGO_TASKS else os.environ.get("CHAOS_LEASE", "redis"),
 }
 FAULTS = (
+    "cancel_running",
     "kill_leader",
     "pause_leader",
     "term_node",
@@ -94,6 +101,10 @@ FAULTS = (
 WITNESS = "demo.djtasks.witness" if DJANGO_TASKS else "demo.witness"
 # Without Redis in the cluster (CHAOS_TASKS=django), its faults would change nothing.
 REDIS_FAULTS = ("restart_redis", "cut_leader_redis")
+# The cap of the chaos run's buffer_all jobs (checked: never more held back at once).
+MAX_BUFFERED_CHAOS = 3
+# The overlap policies that never run two bodies of a job at once (checked from the witness).
+NEVER_TWO_AT_ONCE = ("skip", "buffer_all", "cancel_other")
 # With a PostgreSQL server of its own (CHAOS_OWN_POSTGRES=1), these many jobs more fire together
 # every BURST_EVERY seconds, and the server is restarted in the middle of such a burst.
 BURST_JOBS = 100
@@ -144,6 +155,8 @@ class Chaos:
         self.pg: PostgresServer | None = None
         self._pooler: Any = None  # CHAOS_POOLER: PgBouncer in front of the database
         self.replaced: set[str] = set()  # workers that exited and were started anew
+        self.cancelled: set[int] = set()  # runs an operator (the cancel_running fault) cancelled
+        self.deepest_buffer = 0  # the most runs a buffer_all job held back at once
 
     # -- infrastructure ------------------------------------------------------------------
 
@@ -373,9 +386,13 @@ class Chaos:
             ("* * * * * */3", "none", "allow", 0.0),
             ("* * * * * */4", "all", "skip", 5.0),
             ("* * * * * */5", "latest", "allow", 0.0),
+            # Runs longer than their period: held back (at most MAX_BUFFERED_CHAOS), or the
+            # newest preempting the running one.
+            ("* * * * * */2", "all", "buffer_all", 3.0),
+            ("* * * * * */3", "all", "cancel_other", 6.0),
         ]
         jobs = []
-        for i in range(20):
+        for i in range(len(plans) + 8):
             cron, catchup, overlap, seconds = plans[i % len(plans)]
             job = JobDefinition(
                 name=f"chaos-{i:02d}",
@@ -386,6 +403,7 @@ class Chaos:
                 catchup_policy=catchup,
                 catchup_window=timedelta(minutes=10),
                 overlap_policy=overlap,
+                max_buffered=MAX_BUFFERED_CHAOS,
                 max_retries=3,
                 retry_backoff=0.5,
                 retry_backoff_max=2,
@@ -443,7 +461,8 @@ class Chaos:
         elif fault == "pause_leader":
             assert leader is not None
             os.kill(self.procs[leader].pid, signal.SIGSTOP)
-            time.sleep(TTL * 1.5 + self.random.random())  # the pause outlasts the lease TTL
+            # The pause outlasts the lease TTL, and a stall of the others on top.
+            time.sleep(TTL + stalls(1) + self.random.random())
             os.kill(self.procs[leader].pid, signal.SIGCONT)
         elif fault == "term_node":
             victim = self.random.choice(self.alive("scheduler"))
@@ -464,6 +483,9 @@ class Chaos:
                 return False
         elif fault == "duplicate_messages":
             self._duplicate_messages()
+        elif fault == "cancel_running":
+            if not self._cancel_a_running_run():
+                return False
         elif fault in ("cut_leader_db", "cut_leader_redis"):
             if leader is None:
                 return False
@@ -522,6 +544,43 @@ class Chaos:
                 return True
         return False
 
+    def _cancel_a_running_run(self) -> bool:
+        """An operator cancels a run in the middle of its body (the admin's button)."""
+        from django_cluster_cron import actions
+        from django_cluster_cron.models import JobRun
+
+        def cancel_one() -> bool:
+            busy = list(JobRun.objects.filter(status="running", cancel_requested_at=None)[:5])
+            if not busy:
+                return False
+            run = self.random.choice(busy)
+            try:
+                actions.cancel(run, by="chaos", reason="cancelled by the chaos run")
+            except actions.ActionRefused:
+                return False  # it ended meanwhile: look again
+            self.cancelled.add(run.pk)
+            return True
+
+        try:
+            wait_for(cancel_one, 5, "a running run to cancel", interval=0.25)
+        except AssertionError:
+            return False  # nothing ran for 5 s: the fault is not injected this time
+        return True
+
+    def note_buffers(self) -> None:
+        """The deepest buffer of a buffer_all job seen so far (checked against its cap)."""
+        from django.db.models import Count
+
+        from django_cluster_cron.models import JobRun
+
+        depths = (
+            JobRun.objects.filter(status="buffered", job__overlap_policy="buffer_all")
+            .values("job_id")
+            .annotate(depth=Count("id"))
+        )
+        for row in depths:
+            self.deepest_buffer = max(self.deepest_buffer, row["depth"])
+
     def _duplicate_messages(self) -> None:
         from django_cluster_cron.dispatch import default_dispatcher
         from django_cluster_cron.ledger.outbox import OutboxMessage
@@ -552,7 +611,11 @@ class Chaos:
             window_start = timezone.now()
             deadline = time.monotonic() + self.duration
             while time.monotonic() < deadline:
-                time.sleep(self.random.uniform(3, 8))  # the timetable: 3-8 s between faults
+                # The timetable: 3-8 s between faults, the buffers looked at every half second.
+                until = time.monotonic() + self.random.uniform(3, 8)
+                while time.monotonic() < until:
+                    self.note_buffers()
+                    time.sleep(0.5)
                 self.restart_exited_workers()
                 fault = self.next_fault()
                 try:
@@ -564,7 +627,7 @@ class Chaos:
                 connections.close_all()
             # The last fault heals: the window ends a take-over's time after it, and is checked
             # once a leader has decided every slot up to its end (the catch-up ran).
-            window_end = timezone.now() + timedelta(seconds=TTL + 2)
+            window_end = timezone.now() + timedelta(seconds=TTL + stalls(2))
             try:
                 wait_for(
                     lambda: self.caught_up(window_end),
@@ -589,7 +652,7 @@ class Chaos:
             os.kill(self.procs[name].pid, signal.SIGCONT)
         # Longer than the longest re-publish wait (16 x OUTBOX_REPUBLISH_AFTER) plus a body.
         deadline = time.monotonic() + 120
-        active = ["pending", "queued", "running", "retrying"]
+        active = ["pending", "queued", "running", "retrying", "buffered", "terminating"]
         while time.monotonic() < deadline and JobRun.objects.filter(status__in=active).exists():
             time.sleep(0.5)  # look again: what is left after the deadline, check() reports
         for name in self.alive("scheduler") + self.alive("worker"):
@@ -633,6 +696,8 @@ class Chaos:
                 "queued_at",
                 "attempt",
                 "error",
+                "reason",
+                "cancel_requested_at",
             )
         )
         executions = list(
@@ -672,9 +737,12 @@ class Chaos:
                 if (job.pk, slot) not in recorded:
                     report.fail(f"job {job.name} slot {slot:%H:%M:%S} has no record")
 
-        # 3. `skip` jobs never overlapped (killed bodies have no end and are left out).
+        # 3. `skip`, `buffer_all` and `cancel_other` jobs never overlapped (killed bodies have
+        # no end and are left out).
         skip_jobs = set(
-            JobDefinition.all_objects.filter(overlap_policy="skip").values_list("pk", flat=True)
+            JobDefinition.all_objects.filter(overlap_policy__in=NEVER_TWO_AT_ONCE).values_list(
+                "pk", flat=True
+            )
         )
         for job_id in skip_jobs:
             spans = sorted(
@@ -685,38 +753,41 @@ class Chaos:
             for (_, end), (start, _) in itertools.pairwise(spans):
                 if start < end:
                     report.fail(
-                        f"skip job {job_id} overlapped: a body started {start} before {end}"
+                        f"job {job_id} ran two bodies at once: one started {start} before {end}"
                     )
 
-        # 4. Nothing is left waiting or running.
-        stuck = [r for r in runs if r["status"] in ("pending", "queued", "running", "retrying")]
+        # 4. Nothing is left waiting, held back, running or being terminated.
+        left = ("pending", "queued", "running", "retrying", "buffered", "terminating")
+        stuck = [r for r in runs if r["status"] in left]
         for r in stuck[:10]:
             report.fail(
                 f"run of job {r['job_id']} at {r['scheduled_for']:%H:%M:%S} stuck {r['status']}"
             )
 
-        # 5. One holder per epoch, and epochs never interleave. A run names the leader that
-        # sent it (it may have been recorded ahead by the one before): its time is when it was
-        # sent, or recorded if it never was.
-        holders: dict[int, set[str]] = defaultdict(set)
-        spans_by_epoch: dict[int, list[tuple[datetime, dict[str, Any]]]] = defaultdict(list)
-        for r in runs:
-            if r["epoch"] is not None:
-                holders[r["epoch"]].add(r["dispatched_by"])
-                spans_by_epoch[r["epoch"]].append((r["queued_at"] or r["created_at"], r))
-        for epoch, nodes in holders.items():
-            if len(nodes) > 1:
-                report.fail(f"epoch {epoch} used by several nodes: {sorted(nodes)}")
-        ordered = sorted(spans_by_epoch)
-        for older, newer in itertools.pairwise(ordered):
-            last = max(spans_by_epoch[older], key=lambda span: span[0])
-            first = min(spans_by_epoch[newer], key=lambda span: span[0])
-            if last[0] > first[0]:
-                # Both rows, whole: which write, by whom, and what it was.
-                report.fail(
-                    f"epoch {older} wrote after epoch {newer} had started: "
-                    f"last of {older} {last[1]}; first of {newer} {first[1]}"
-                )
+        # 5. One holder per epoch, and epochs never interleave (see tests/chaos/epochs.py).
+        for violation in epoch_violations(runs):
+            report.fail(violation)
+
+        # 6. A run asked to stop ended cancelled (or had ended before), never retried: no body
+        # of its slot started after the request; no buffer held more than its cap.
+        asked = {(r["job_id"], r["scheduled_for"]): r for r in runs if r["cancel_requested_at"]}
+        for key, run in asked.items():
+            later = [
+                e for e in by_slot.get(key, []) if e["started_at"] > run["cancel_requested_at"]
+            ]
+            if later:
+                report.fail(f"run {run['id']} asked to stop ran again: {later}")
+            if run["status"] not in ("cancelled", "success", "failed", "skipped", "missed"):
+                report.fail(f"run {run['id']} asked to stop is {run['status']}")
+        for run_id in self.cancelled:
+            status = next((r["status"] for r in runs if r["id"] == run_id), None)
+            if status in ("retrying", "pending", "queued"):
+                report.fail(f"run {run_id} cancelled by an operator went on: {status}")
+        if self.deepest_buffer > MAX_BUFFERED_CHAOS:
+            report.fail(
+                f"a buffer_all job held {self.deepest_buffer} runs back (its cap: "
+                f"{MAX_BUFFERED_CHAOS})"
+            )
 
         pooler_found = self._count_in_logs("lease.witness_unavailable reason=pooler")
         if (
@@ -736,11 +807,15 @@ class Chaos:
             "failed": statuses["failed"],
             "missed by policy": statuses["missed"],
             "skipped": statuses["skipped"],
+            "cancelled": statuses["cancelled"],
+            "cancelled by an operator": len(self.cancelled),
+            "asked to stop (operator or cancel_other)": len(asked),
+            "deepest buffer (cap 3)": self.deepest_buffer,
             "retried slots": sum(1 for rows in by_slot.values() if len(rows) > 1),
             "lost (worker died)": sum(1 for r in runs if "worker lost" in (r["error"] or "")),
             "duplicate deliveries dropped": self._count_in_logs("run.duplicate_delivery run="),
             "duplicate executions": duplicates,
-            "epochs": len(holders),
+            "epochs": len({r["epoch"] for r in runs if r["epoch"] is not None}),
             "faults injected": sum(report.faults.values()),
             "workers that exited, restarted": len(self.replaced),
             "nodes that found a pooler": pooler_found,

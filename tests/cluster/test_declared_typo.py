@@ -14,7 +14,7 @@ import pytest
 from django_cluster_cron.models import JobDefinition, JobRun, RunStatus
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.any_database, pytest.mark.timeout(180)]
 
 JOBS = {
     "typo": {"task": "tests.add", "schedule": "61 * * * *", "args": [1, 2]},

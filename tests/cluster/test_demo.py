@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.any_database
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -19,6 +19,7 @@ from django_cluster_cron.models import JobRun, RunStatus, SchedulerLease
 from django_cluster_cron.worker.claim import duplicate_deliveries
 from tests.support.cluster import assert_every_slot_once, every_second_job
 from tests.support.jobs import make_job, make_run
+from tests.support.timing import ttl_outlasting
 from tests.support.waiting import wait_for
 from tests.testapp.models import Execution
 
@@ -78,8 +79,11 @@ def test_three_schedulers_two_db_workers_a_leader_killed_nothing_lost_or_doubled
 
 @pytest.mark.parametrize("lease_kind", ["database"])
 def test_a_db_worker_killed_mid_run_a_duplicate_runs_nothing_and_the_run_is_retried(cluster):
-    # Ten heartbeats per lost-after period: a loaded CI machine must not make a live run look lost.
-    cluster.settings.update({"RUN_HEARTBEAT_INTERVAL": 0.3, "RUN_LOST_AFTER": 3})
+    # A heartbeat every 0.3 s; a run is lost after a silence that three stalled heartbeats cannot
+    # make: a loaded machine must not make a live run look lost.
+    cluster.settings.update(
+        {"RUN_HEARTBEAT_INTERVAL": 0.3, "RUN_LOST_AFTER": ttl_outlasting(calls=3)}
+    )
     doomed = cluster.db_worker("doomed")
     cluster.wait_db_worker("doomed")
     job = make_job(task="tests.testapp.dtasks.slow_first", args=["dj-killed", 60], max_retries=1)

@@ -34,6 +34,7 @@ from django.db import connection
 from tests.support.cluster import TTL, every_second_job
 from tests.support.netfault import url_through
 from tests.support.pgserver import PostgresServer, PostgresUnavailable, find_bin
+from tests.support.timing import quiet_for, stalls
 from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(420)]
@@ -159,7 +160,7 @@ def test_the_cluster_goes_on_through_a_failover_of_its_database(cluster, links, 
     assert not twice, f"executed twice: {twice}"
     missing = expected(succeeded(), last) - {slot_of(t) for t in runs}
     assert not missing, f"slots never run: {sorted(missing)}"
-    assert stood_still <= failover + TTL + 10, stood_still  # the room: a loaded 2-core machine
+    assert stood_still <= failover + TTL + stalls(10), stood_still
     for node in ("a", "b"):
         assert "Traceback" not in cluster.log(node), cluster.log(node)[-4000:]
 
@@ -176,9 +177,10 @@ def expected(succeeded: list[tuple[datetime, str]], last: datetime) -> set[datet
 
 def test_the_redis_lease_key_lost_under_its_leader_three_times(cluster, redis_client):
     """A Redis replica promoted without the lease key (acknowledged writes lost), three times:
-    the leader finds it gone at its next renewal and steps down, a node leads again within a
-    TTL, nothing crashes, and every slot runs once (the database's fencing keeps a second leader
-    of those seconds from recording anything)."""
+    the leader steps down (its next renewal finds the key gone or taken, or its next write is
+    fenced by the standby that took it), a node leads again within a TTL, nothing crashes, and
+    every slot runs once (the database's fencing keeps a second leader of those seconds from
+    recording anything)."""
     cluster.env["TZ"] = "UTC"
     job = every_second_job("key-lost", task="tests.add")
     cluster.worker("w")
@@ -190,7 +192,7 @@ def test_the_redis_lease_key_lost_under_its_leader_three_times(cluster, redis_cl
         return [(at, t) for at, t in successes(cluster.log("w")) if t.startswith(f"cron-{job.pk}-")]
 
     wait_for(lambda: len(succeeded()) >= 5, 90, "five runs before the key is lost")
-    stalls = []
+    resumed_in = []
     for _ in range(3):
         assert redis_client.delete(f"{cluster.prefix}:leader") == 1
         lost = datetime.now(timezone.utc)
@@ -200,7 +202,7 @@ def test_the_redis_lease_key_lost_under_its_leader_three_times(cluster, redis_cl
 
         wait_for(resumed_after, 60, "runs of slots after the key was lost")
         resumed = min(at for at, t in succeeded() if slot_of(t) > lost)
-        stalls.append((resumed - lost).total_seconds())
+        resumed_in.append((resumed - lost).total_seconds())
     last = datetime.now(timezone.utc) - timedelta(seconds=1)
     cluster.stop_all()
 
@@ -208,13 +210,17 @@ def test_the_redis_lease_key_lost_under_its_leader_three_times(cluster, redis_cl
     assert not [t for t, n in runs.items() if n > 1], "executed twice"
     assert not expected(succeeded(), last) - {slot_of(t) for t in runs}, "slots never run"
     logs = cluster.log("a") + cluster.log("b")
-    assert logs.count("lease.lost") >= 3, logs[-4000:]
+    # Each loss ends the term that held the key: at the leader's next renewal (``lease.lost``),
+    # or, when the standby took the free key and led first, at the old leader's next write,
+    # which the database's epoch refuses (``lease.fenced``).
+    steps_down = logs.count("lease.lost") + logs.count("lease.fenced")
+    assert steps_down >= 3, logs[-4000:]
     assert "Traceback" not in logs, logs[-4000:]
     print(
         "Redis lease key lost three times: first run after each "
-        + ", ".join(f"{s:.2f} s" for s in stalls)
+        + ", ".join(f"{s:.2f} s" for s in resumed_in)
     )
-    assert max(stalls) <= TTL + 10, stalls  # the room: a loaded 2-core machine
+    assert max(resumed_in) <= TTL + stalls(10), resumed_in
 
 
 # -- a lossy promote --------------------------------------------------------------------------
@@ -335,7 +341,7 @@ def test_a_lossy_promote_never_runs_a_slot_twice_without_saying_so(cluster, link
         f"{stood_still:.2f} s; {len(uncertain)} slots uncertain (skip), {len(said)} run again "
         f"as uncertain, {len(twice)} of them ran twice"
     )
-    assert stood_still <= TTL + 10, stood_still  # the room: a loaded 2-core machine
+    assert stood_still <= TTL + stalls(10), stood_still
 
 
 # -- MariaDB turned read-only --------------------------------------------------------------------
@@ -401,8 +407,9 @@ def test_a_mariadb_turned_read_only_stops_dispatch_without_flapping_and_it_resum
     wait_for(stepped_down, 30, "the leader to step down")
     acquired = logs().count("lease.acquired")
     # Time itself must pass: while the server refuses writes, nothing may lead.
-    time.sleep(4 * TTL)
-    assert logs().count("lease.acquired") - acquired <= 1, "the lease passed around"
+    quiet_for(
+        4 * TTL, lambda: logs().count("lease.acquired") - acquired > 1, "the lease passed around"
+    )
     mariadb.root("SET GLOBAL read_only = 0")
     back = datetime.now(timezone.utc)
     wait_for(

@@ -14,6 +14,7 @@ import pytest
 
 from django_cluster_cron.locks import ClusterLock
 from tests.support.locks import lock_holder, prefix, subprocess_settings
+from tests.support.timing import ttl_outlasting
 from tests.support.waiting import wait_for
 
 __all__ = ["prefix"]
@@ -31,7 +32,7 @@ RACER = textwrap.dedent(
     log = redis.Redis.from_url(os.environ["REDIS_URL"])
     key = sys.argv[1]
 
-    @cluster_lock("race", ttl=2, blocking=True, timeout=30)
+    @cluster_lock("race", ttl=float(sys.argv[3]), blocking=True, timeout=30)
     def body():
         start = time.time()
         time.sleep(0.01)  # a body that takes a moment: two that overlapped would show it
@@ -48,7 +49,9 @@ def test_two_processes_racing_for_a_decorated_function_never_overlap(
 ):
     env = {**django_subprocess_env, "TEST_CLUSTER_CRON": subprocess_settings(prefix)}
     key = f"{prefix}:race-log"
-    racers = [subprocess.Popen([sys.executable, "-c", RACER, key, "40"], env=env) for _ in range(2)]
+    # A holder stalled in its body keeps the lock: the other must not take it meanwhile.
+    argv = [sys.executable, "-c", RACER, key, "40", str(ttl_outlasting(calls=2))]
+    racers = [subprocess.Popen(argv, env=env) for _ in range(2)]
     for racer in racers:
         assert racer.wait(120) == 0
     spans = sorted(tuple(map(float, raw.split()[:2])) for raw in redis_client.lrange(key, 0, -1))
@@ -84,7 +87,8 @@ def test_a_stale_holder_paused_past_its_ttl_cannot_release_the_new_holders_lock(
     assert old.stdout is not None
     assert old.stdout.readline().strip() == "held"
     os.kill(old.pid, signal.SIGSTOP)
-    new = ClusterLock("stale", ttl=10)
+    # Held until the end of the test: the old holder wakes, ends its body and exits meanwhile.
+    new = ClusterLock("stale", ttl=ttl_outlasting(calls=10))
     wait_for(new.acquire, 30, "the paused holder's lock to expire")
     os.kill(old.pid, signal.SIGCONT)
     assert old.wait(30) == 0  # it woke, finished its body and "released"

@@ -18,7 +18,11 @@ from django_cluster_cron.models import JobRun
 from tests.support.cluster import every_second_job, sent_by
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(300)]
+pytestmark = [
+    pytest.mark.any_database,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.timeout(300),
+]
 
 RECEIVED = re.compile(r"Task ([\w.]+)\[([\w-]+)\] received")
 

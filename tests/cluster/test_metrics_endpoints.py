@@ -20,7 +20,7 @@ from django_cluster_cron.models import JobDefinition, JobRun, RunStatus, RunTrig
 from tests.support.jobs import job_owing_one_slot
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.any_database, pytest.mark.django_db(transaction=True)]
 
 
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

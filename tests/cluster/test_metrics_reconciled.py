@@ -23,7 +23,11 @@ from django_cluster_cron.models import ACTIVE_STATUSES, JobDefinition, JobRun, R
 from django_cluster_cron.worker.claim import duplicate_deliveries
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(240)]
+pytestmark = [
+    pytest.mark.any_database,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.timeout(240),
+]
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 # The leader's own words for a slot its overlap policy refused when it recorded it.
@@ -58,6 +62,39 @@ def make(name: str, **fields):
 
 
 def test_every_counter_agrees_with_the_ledger(cluster):
+    # The late job owes its slots before anything starts; the others' seconds count from when
+    # the worker and the leader are up (starting them on a loaded machine took longer than the
+    # jobs' whole window, and the steady job then ran its latest slot only).
+    owed = database_now()
+    late = make(
+        "late",
+        cron="* * * * * *",
+        task="tests.add",
+        args=[3, 4],
+        catchup_policy="latest",
+        catchup_window=timedelta(minutes=1),
+        end_at=owed + timedelta(seconds=3),
+    )
+    # The late job owes the slots of the last 30 s: the latest runs, the others are missed.
+    JobDefinition.objects.filter(pk=late.pk).update(
+        last_scheduled_at=owed - timedelta(seconds=30), next_run_at=owed - timedelta(seconds=29)
+    )
+    # Runs wait behind the skipper's long bodies on one worker; the outbox must not send copies
+    # of them meanwhile on a slow machine (it would be right to, and the duplicates would be
+    # counted: this test injects its own).
+    cluster.settings.update(
+        {
+            "WORKER_METRICS_PORT": 0,
+            "WORKER_METRICS_HOST": "127.0.0.1",
+            "OUTBOX_REPUBLISH_AFTER": 600,
+        }
+    )
+    cluster.worker("counted-worker")
+    cluster.wait_ready("counted-worker")
+    cluster.start("counted-leader", args=["--metrics-port", "0", "--health-host", "127.0.0.1"])
+    leader_port = wait_for(lambda: port_of(cluster.log("counted-leader")), 60, "leader /metrics")
+    worker_port = wait_for(lambda: port_of(cluster.log("counted-worker")), 60, "worker /metrics")
+
     now = database_now()
     end = now + timedelta(seconds=8)
     steady = make("steady", cron="* * * * * *", task="tests.add", args=[1, 2], end_at=end)
@@ -78,36 +115,7 @@ def test_every_counter_agrees_with_the_ledger(cluster):
         overlap_policy="skip",
         end_at=end,
     )
-    late = make(
-        "late",
-        cron="* * * * * *",
-        task="tests.add",
-        args=[3, 4],
-        catchup_policy="latest",
-        catchup_window=timedelta(minutes=1),
-        end_at=now + timedelta(seconds=3),
-    )
-    # The late job owes the slots of the last 30 s: the latest runs, the others are missed.
-    JobDefinition.objects.filter(pk=late.pk).update(
-        last_scheduled_at=now - timedelta(seconds=30), next_run_at=now - timedelta(seconds=29)
-    )
     jobs = [steady, failing, skipper, late]
-
-    # Runs wait behind the skipper's long bodies on one worker; the outbox must not send copies
-    # of them meanwhile on a slow machine (it would be right to, and the duplicates would be
-    # counted: this test injects its own).
-    cluster.settings.update(
-        {
-            "WORKER_METRICS_PORT": 0,
-            "WORKER_METRICS_HOST": "127.0.0.1",
-            "OUTBOX_REPUBLISH_AFTER": 600,
-        }
-    )
-    cluster.worker("counted-worker")
-    cluster.wait_ready("counted-worker")
-    cluster.start("counted-leader", args=["--metrics-port", "0", "--health-host", "127.0.0.1"])
-    leader_port = wait_for(lambda: port_of(cluster.log("counted-leader")), 60, "leader /metrics")
-    worker_port = wait_for(lambda: port_of(cluster.log("counted-worker")), 60, "worker /metrics")
 
     def settled() -> bool:
         past_end = JobDefinition.objects.filter(pk__in=[j.pk for j in jobs], next_run_at=None)
@@ -122,8 +130,17 @@ def test_every_counter_agrees_with_the_ledger(cluster):
     # Three copies of finished runs' messages: the claim drops each, as a duplicate delivery.
     copies = list(JobRun.objects.filter(job=steady, status=RunStatus.SUCCESS)[:3])
     duplicates_before = duplicate_deliveries()
-    CeleryDispatcher().publish([OutboxMessage.for_run(run) for run in copies])
-    wait_for(lambda: duplicate_deliveries() - duplicates_before == 3, 60, "3 duplicates dropped")
+    copied = CeleryDispatcher().publish([OutboxMessage.for_run(run) for run in copies])
+    assert len(copied) == 3, "the broker took every copy"
+    wait_for(
+        lambda: duplicate_deliveries() - duplicates_before == 3,
+        60,
+        "3 duplicates dropped",
+        detail=lambda: (
+            f"dropped: {duplicate_deliveries() - duplicates_before}\n"
+            + "\n".join(cluster.log("counted-worker").splitlines()[-40:])
+        ),
+    )
 
     leader = scrape(leader_port)
     dropped = duplicate_deliveries()

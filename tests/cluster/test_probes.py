@@ -26,7 +26,7 @@ from django_cluster_cron.ops.httpserve import MAX_CONNECTIONS
 from tests.support.cluster import every_second_job, sent_by
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.any_database, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.mark.timeout(120)

@@ -24,7 +24,7 @@ from django_cluster_cron.models import JobRun, RunStatus
 from tests.support.cluster import assert_every_slot_once, every_second_job
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.any_database, pytest.mark.django_db(transaction=True)]
 
 REPO = Path(__file__).resolve().parents[2]
 # The last commit whose leader sent only execute_run and whose workers knew no other form.

@@ -27,6 +27,8 @@ from django_cluster_cron.models import JobDefinition, JobRun, RunStatus
 pytestmark = pytest.mark.timeout(120)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# How long one ``--once`` process may take (start-up included) before the test gives up on it.
+RUN_TIMEOUT = 90
 
 
 def run_once(env: dict[str, str], *extra: str) -> subprocess.CompletedProcess[str]:
@@ -45,7 +47,7 @@ def run_once(env: dict[str, str], *extra: str) -> subprocess.CompletedProcess[st
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
-        timeout=90,
+        timeout=RUN_TIMEOUT,
     )
 
 
@@ -84,7 +86,7 @@ def test_dispatches_and_exits_zero(django_subprocess_env, redis_client):
 
 def test_standby_exits_zero_and_dispatches_nothing(django_subprocess_env, redis_client):
     job = due_job()
-    other = get_backend().lease(LEADER, "other-node", ttl=60)
+    other = get_backend().lease(LEADER, "other-node", ttl=RUN_TIMEOUT)  # held while it runs
     assert other.try_acquire()
     try:
         done = run_once(django_subprocess_env)

@@ -2,8 +2,10 @@
 failover, pauses, crashes — with each lease backend.
 
 Short TTLs keep the file fast; the bounds asserted are the guarantee (G3,
-docs/explanation/guarantees.md) plus a margin for a loaded CI machine. The measured numbers are
-printed by bench/failover.py.
+docs/explanation/guarantees.md) plus room for three stalls of a loaded machine
+(tests/support/timing.py). They say a standby takes over through the lease (2 s TTL, 0.2 s
+poll), not through a later sweep or a restart; that SIGTERM released the lease is read from the
+old leader's log. The measured numbers are printed by bench/failover.py.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from tests.support.cluster import (
     every_second_job,
 )
 from tests.support.leases import LEASES
+from tests.support.timing import quiet_for, stalls
 from tests.support.waiting import wait_for
 
 # Every test runs with each lease backend.
@@ -35,11 +38,6 @@ pytestmark = [
     pytest.mark.timeout(180),
     pytest.mark.parametrize("lease_kind", LEASES),
 ]
-
-# Process start-up and scheduling noise on a busy 2-core machine. The bounds say a standby takes
-# over through the lease (2 s TTL, 0.2 s poll), not through a later sweep or a restart; that
-# SIGTERM released the lease is read from the old leader's log.
-MARGIN = 3.0
 
 
 def leader() -> tuple[str, int] | None:
@@ -95,7 +93,7 @@ def test_sigkill_of_the_leader_hands_over_within_ttl_plus_poll(cluster):
     took_over = wait_for(lambda: first_dispatch_by("b", job), 60, "b to dispatch")
     failover = (took_over - killed_at).total_seconds()
     print(f"failover after SIGKILL: {failover:.2f}s (ttl {TTL}s, poll {POLL}s)")
-    assert failover <= TTL + POLL + MARGIN
+    assert failover <= TTL + POLL + stalls(3)
     wait_for(lambda: sent_after("b", job, took_over), 30, "b to send a slot due after it took over")
     assert_every_slot_once(job)  # the slots of the gap were caught up, none twice
 
@@ -113,7 +111,7 @@ def test_sigterm_releases_the_lease_and_a_standby_takes_over_at_once(cluster):
     took_over = wait_for(lambda: first_dispatch_by("b", job), 60, "b to dispatch")
     handover = (took_over - stopped_at).total_seconds()
     print(f"handover after SIGTERM: {handover:.2f}s")
-    assert handover <= 2.0 + MARGIN
+    assert handover <= 2.0 + stalls(3)
     assert "lease.released" in cluster.log("a")
     wait_for(lambda: sent_after("b", job, took_over), 30, "b to send a slot due after it took over")
     assert_every_slot_once(job)
@@ -145,9 +143,13 @@ def test_a_leader_paused_past_its_ttl_is_fenced_and_writes_nothing_stale(cluster
         "a to find on waking that its lease is gone",
     )
     # A negative check, so time must pass: for 3 s a lives on as a standby and writes nothing.
-    time.sleep(3)
-    assert a.poll() is None, "the old leader must go back to standby, not crash"
     stale = Q(created_at__gt=resumed_at) | Q(queued_at__gt=resumed_at)
+    quiet_for(
+        3,
+        lambda: a.poll() is not None or JobRun.objects.filter(stale, epoch=old_epoch).exists(),
+        "the old leader crashing, or writing in its stale epoch,",
+    )
+    assert a.poll() is None, "the old leader must go back to standby, not crash"
     assert not JobRun.objects.filter(stale, epoch=old_epoch).exists()
     assert "lease.lost" in cluster.log("a") or "lease.fenced" in cluster.log("a")
     assert_every_slot_once(job)
@@ -189,8 +191,11 @@ def test_a_redis_outage_pauses_dispatch_and_recovery_catches_up_every_slot(
     during = JobRun.objects.filter(job=job).count()
     if lease_kind == "redis":
         # A negative check, so time must pass: two more seconds of every-second slots.
-        time.sleep(2)
-        assert JobRun.objects.filter(job=job).count() == during, "nothing recorded without a lease"
+        quiet_for(
+            2,
+            lambda: JobRun.objects.filter(job=job).count() != during,
+            "a run recorded without a lease",
+        )
     else:
         # The database lease still holds: slots are recorded on time and wait in the outbox
         # for the broker (Redis here) to come back.

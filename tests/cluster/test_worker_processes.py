@@ -17,6 +17,7 @@ import pytest
 from django_cluster_cron.models import JobDefinition, JobRun, RunStatus
 from django_cluster_cron.worker.claim import duplicate_deliveries
 from tests.support.jobs import make_job, make_run, publish
+from tests.support.timing import stalls, ttl_outlasting
 from tests.support.waiting import wait_for
 from tests.testapp.models import Execution
 
@@ -73,17 +74,22 @@ def test_a_failing_task_retries_with_growing_delays_then_fails(cluster):
     assert len(starts) == 4
     gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(starts)]
     # Un-jittered delays 1, 2, 4 s; jitter draws from the upper half of each. The upper bound
-    # leaves a loaded machine 3 s to deliver each retry.
+    # leaves room for three stalls on each retry's way to a worker.
     for gap, full in zip(gaps, (1, 2, 4), strict=True):
-        assert full / 2 <= gap <= full + 3, gaps
+        assert full / 2 <= gap <= full + stalls(3), gaps
 
 
 @pytest.mark.parametrize(
     ("policy", "final"), [("retry", RunStatus.SUCCESS), ("fail", RunStatus.FAILED)]
 )
 def test_a_run_whose_worker_is_killed_mid_body_is_recovered_by_the_leader(cluster, policy, final):
-    # Ten heartbeats per lost-after period: a loaded CI machine must not make a live run look lost.
-    fast = {"RUN_HEARTBEAT_INTERVAL": 0.3, "RUN_LOST_AFTER": 3, "OUTBOX_REPUBLISH_AFTER": 2}
+    # A heartbeat every 0.3 s; a run is lost after a silence that three stalled heartbeats cannot
+    # make: a loaded machine must not make a live run look lost.
+    fast = {
+        "RUN_HEARTBEAT_INTERVAL": 0.3,
+        "RUN_LOST_AFTER": ttl_outlasting(calls=3),
+        "OUTBOX_REPUBLISH_AFTER": 2,
+    }
     cluster.settings.update(fast)
     doomed = cluster.worker("doomed")
     cluster.wait_ready("doomed")

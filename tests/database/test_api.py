@@ -217,7 +217,7 @@ def test_retry_a_failed_run_and_cancel_a_queued_one(admin, redis_client):
     assert cancelled.json()["status"] == "cancelled"
     again = admin.post(f"{API}/runs/{queued.pk}/cancel/")
     assert again.status_code == 400
-    assert "only waiting runs" in again.json()["detail"]
+    assert "only a waiting or running run" in again.json()["detail"]
 
 
 # -- permissions --------------------------------------------------------------------------------
@@ -322,7 +322,7 @@ def test_filters_with_a_nul_character_or_an_unknown_choice_are_refused_on_the_fi
     assert "NUL" in response.json()["search"][0]
     response = admin.get(f"{API}/runs/", {"status": "sucess"})
     assert response.status_code == 400
-    assert "'sucess' is not one of: pending, queued" in response.json()["status"][0]
+    assert "'sucess' is not one of: pending, buffered, queued" in response.json()["status"][0]
     assert admin.get(f"{API}/runs/", {"trigger": "backfill"}).status_code == 200
 
 

@@ -11,7 +11,8 @@ time zone or task is not a real one — the schema cannot say "a registered Cele
 5xx check on the health operation, whose documented answer while no scheduler leads is 503, and
 ``ignored_auth``: the credentials are sent outside schemathesis's own auth handling, so its
 "invalid credentials" requests still carry valid ones (unauthenticated access is tested in
-test_api.py).
+test_api.py). A Host header the negative mode generates is dropped: Django answers a bad one
+before the API is reached.
 """
 
 from __future__ import annotations
@@ -96,6 +97,10 @@ def test_every_operation_answers_as_documented(api_schema, mode):
         )
         def run(case):
             make_world()  # a DELETE may have soft-deleted a job the next case needs
+            # A generated Host header is Django's to judge (ALLOWED_HOSTS, and a name that is no
+            # host name) before any view runs: its 400 page is the project's, not the API's, and
+            # no schema of ours can document it.
+            case.headers.pop("host", None)
             tried[case.operation.label] = tried.get(case.operation.label, 0) + 1
             excluded = [positive_data_acceptance, ignored_auth]
             if case.operation.label == "GET /cron/api/health/":

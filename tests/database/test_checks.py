@@ -25,6 +25,25 @@ def test_the_test_settings_pass_every_check():
     assert check_settings() == []
 
 
+def test_the_app_config_registers_each_check_under_its_tag():
+    from django.core.checks import Tags
+    from django.core.checks.registry import registry
+
+    from django_cluster_cron import checks
+
+    expected = {
+        checks.check_settings: (Tags.compatibility,),
+        checks.check_network_timeouts: (Tags.compatibility,),
+        checks.check_task_allowlist: (Tags.security,),
+        checks.check_serializers: (Tags.security,),
+        checks.check_pooler: (Tags.database,),
+    }
+    registered: set[object] = set(registry.registered_checks)
+    for check, tags in expected.items():
+        assert check in registered, check.__name__
+        assert tuple(check.tags) == tags, check.__name__  # type: ignore[attr-defined]
+
+
 def test_defaults_are_typed_and_documented_values():
     assert app_settings.LEASE_TTL == 10.0
     assert app_settings.RENEW_INTERVAL == pytest.approx(10.0 / 3)  # noqa: SIM300

@@ -283,7 +283,31 @@ def test_retry_a_failed_run_and_cancel_a_queued_one(operator, redis_client):
     response = operator.post(
         RUNS, {"action": "cancel_runs", "_selected_action": [queued.pk]}, follow=True
     )
-    assert "only waiting runs can be cancelled" in response.content.decode()
+    assert "only a waiting or running run can be cancelled" in response.content.decode()
+
+
+def test_the_cancel_button_asks_a_running_run_to_stop_and_says_what_follows(operator):
+    job = make_job(cancel_grace=30)
+    (run,) = add_runs(job, [RunStatus.RUNNING])
+    JobRun.objects.filter(pk=run.pk).update(worker_pool="threads")
+    page = reverse("admin:django_cluster_cron_jobrun_change", args=[run.pk])
+    button = reverse("admin:django_cluster_cron_run_cancel", args=[run.pk])
+    assert button not in operator.get(page).content.decode()  # no permission: no button
+    assert operator.post(button).status_code == 403
+    operator.grant("cancel_jobrun")
+    assert "Cancel (ask it to stop)" in operator.get(page).content.decode()
+    assert operator.get(button).status_code == 405
+    shown = operator.post(button, follow=True).content.decode()
+    run.refresh_from_db()
+    assert run.status == RunStatus.RUNNING
+    assert run.cancel_requested_by == "op"
+    assert f"Run {run.pk} was asked to stop" in shown
+    assert "threads pool cannot terminate" in shown
+    assert "Cancel (ask it to stop)" not in shown  # asked once
+    assert "cancel asked at" in shown.lower()
+    again = operator.post(button, follow=True).content.decode()
+    assert "already asked to stop, by op" in again
+    assert LogEntry.objects.filter(object_id=str(run.pk)).count() == 1
 
 
 def test_run_actions_need_their_permissions(operator):

@@ -19,16 +19,12 @@ from celery.signals import after_task_publish, before_task_publish
 import django_cluster_cron.dispatch.celery as adapter
 from django_cluster_cron.dispatch import PublishFailed
 from django_cluster_cron.dispatch.celery import CeleryDispatcher, sender
-from django_cluster_cron.dispatch.celery.sender import (
-    EXECUTE_TASK,
-    PUBLISH_RETRY_POLICY,
-    headers_for,
-    routing_for,
-)
+from django_cluster_cron.dispatch.celery.sender import PUBLISH_RETRY_POLICY, routing_for
 from django_cluster_cron.ledger.fence import Fence
 from django_cluster_cron.ledger.outbox import OutboxMessage, mark_published, mark_sent
 from django_cluster_cron.models import JobDefinition, JobRun, RunStatus
 from django_cluster_cron.scheduler.recording import Recorder
+from django_cluster_cron.wire.celery import EXECUTE_TASK, headers_for
 from tests.support.jobs import outbox_message
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -16,7 +16,9 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from django_cluster_cron.dispatch.djtasks import TasksDispatcher
+from django_cluster_cron.dbtime import database_now
+from django_cluster_cron.dispatch import prepare, publish_now
+from django_cluster_cron.dispatch.djtasks import TasksDispatcher, TasksGroup
 from django_cluster_cron.djtasks import NOT_RUN
 from django_cluster_cron.ledger.outbox import OutboxMessage
 from django_cluster_cron.models import JobRun, RunStatus
@@ -194,7 +196,16 @@ def test_a_task_that_cannot_be_enqueued_fails_its_run_and_not_the_batch(edit, sa
     type(bad_job).all_objects.filter(pk=bad_job.pk).update(**edit)
     bad = make_run(type(bad_job).all_objects.get(pk=bad_job.pk))
     messages = [OutboxMessage.for_run(JobRun.objects.get(pk=r.pk)) for r in (bad, good)]
-    assert TasksDispatcher().publish(messages) == [good.task_id]
+    # The adapter says which run it could not send, and why, and writes nothing itself.
+    published = TasksDispatcher().publish(messages)
+    assert published == [good.task_id]
+    assert [refusal.run_id for refusal in published.refused] == [bad.pk]
+    assert said in published.refused[0].reason
+    bad.refresh_from_db()
+    assert bad.status != RunStatus.FAILED
+    # The one send flow records it failed, with the reason.
+    sent = publish_now(TasksDispatcher(), messages[:1], now=database_now())
+    assert sent.messages == []
     bad.refresh_from_db()
     assert bad.status == RunStatus.FAILED
     assert said in bad.error
@@ -318,14 +329,19 @@ def test_runs_enqueued_ahead_are_not_enqueued_again_by_a_leader_that_takes_them_
     job = make_job(task="tests.testapp.dtasks.record", args=["ahead"])
     runs = [make_run(job, status=RunStatus.PENDING) for _ in range(3)]
     messages = [OutboxMessage.for_run(JobRun.objects.get(pk=r.pk)) for r in runs]
-    groups = TasksDispatcher().prepare(messages)  # the leader that recorded them ahead
-    assert all(group.enqueued for group in groups)
+    # The leader that recorded them ahead, through the send flow: the adapter says which it
+    # enqueued ahead, and the flow records that on their rows.
+    groups = prepare(TasksDispatcher(), messages)
+    assert all(isinstance(group, TasksGroup) and group.enqueued for group in groups)
     ids = {str(r.id) for r in results()}
     assert len(ids) == 3
     # The rows say so: a new leader's take-over reads them back and sends nothing twice.
     taken_over = unpublished_runs(after=None, limit=10)
     assert {m.enqueued for m in taken_over} == ids
-    assert all(group.enqueued for group in TasksDispatcher().prepare(taken_over))
+    assert all(
+        isinstance(group, TasksGroup) and group.enqueued
+        for group in TasksDispatcher().prepare(taken_over)
+    )
     assert sorted(TasksDispatcher().publish(taken_over)) == sorted(r.task_id for r in runs)
     assert len(results()) == 3
     drain()

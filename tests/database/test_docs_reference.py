@@ -74,7 +74,7 @@ def test_every_setting_is_documented_with_its_default():
         elif rows[name][2] != rendered_default(setting.default):
             problems.append(
                 f"{name}: the page says default {rows[name][2]}, "
-                f"conf/table.py says {rendered_default(setting.default)}"
+                f"its declaration in conf/ says {rendered_default(setting.default)}"
             )
     assert not problems, "\n".join(problems)
 

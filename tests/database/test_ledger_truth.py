@@ -21,7 +21,7 @@ from django_cluster_cron.ledger.fence import Fence
 from django_cluster_cron.models import JobDefinition, JobRun, RunStatus
 from django_cluster_cron.scheduler.recording import Recorder
 from django_cluster_cron.tasks import execute_run
-from django_cluster_cron.worker.execute import CalledDirectly
+from django_cluster_cron.worker.celery import CalledDirectly
 from tests.support.jobs import apply, make_job, make_run
 from tests.testapp.celery import app
 from tests.testapp.models import Execution

@@ -227,6 +227,77 @@ def test_without_the_policy_failures_are_not_even_counted():
     assert (job.enabled, job.consecutive_failures) == (True, 0)
 
 
+def _counted(job: JobDefinition) -> tuple[bool, int]:
+    job.refresh_from_db()
+    return job.enabled, job.consecutive_failures
+
+
+def test_an_attempt_that_is_retried_does_not_count_only_the_failure_after_the_retries():
+    from django_cluster_cron.celery_app import get_celery_app
+    from django_cluster_cron.ledger.outbox import OutboxMessage
+    from django_cluster_cron.worker.celery import deliver_here
+
+    job = hourly("fails twice", task="tests.fail", args=[], max_retries=1, pause_after_failures=1)
+    [run] = run_due(at(1, 0, 1))
+    assert run.status == RunStatus.RETRYING
+    assert _counted(job) == (True, 0)
+    # Its last attempt, delivered as the worker would: failed for good, counted, paused.
+    deliver_here(get_celery_app(), OutboxMessage.for_run(JobRun.objects.get(pk=run.pk)))
+    run.refresh_from_db()
+    assert (run.status, run.attempt) == (RunStatus.FAILED, 2)
+    assert _counted(job) == (False, 1)
+
+
+def test_a_cancelled_run_never_counts_as_a_failure():
+    from django_cluster_cron import actions
+
+    job = hourly("cancelled", task="tests.fail", args=[], pause_after_failures=1)
+    [run] = run_due(at(1, 0, 1), execute=False)
+    actions.cancel(run)
+    run.refresh_from_db()
+    assert run.status == RunStatus.CANCELLED
+    assert _counted(job) == (True, 0)
+
+
+def test_a_running_run_asked_to_stop_that_then_fails_never_counts_as_a_failure():
+    from django_cluster_cron import actions
+    from django_cluster_cron.dbtime import database_now
+    from django_cluster_cron.ledger import statements
+    from django_cluster_cron.worker.outcome import Delivery, Ending, Outcome, RunTimer
+    from django_cluster_cron.worker.record import record
+
+    job = hourly("asked", task="tests.fail", args=[], pause_after_failures=1, max_retries=2)
+    [run] = run_due(at(1, 0, 1), execute=False)
+    claimed = statements.claim_run(run.pk, run.task_id, run.attempt, "here:1")
+    assert claimed is not None
+    actions.cancel(JobRun.objects.get(pk=run.pk), by="alice")
+    failing = Outcome(Ending.FINAL, error=RuntimeError("stopped half way"))
+    nowhere = Delivery(dispatcher=lambda: None)  # type: ignore[arg-type,return-value]
+    written = record(nowhere, claimed, RunTimer(database_now()), failing)
+    assert written == RunStatus.CANCELLED
+    assert _counted(job) == (True, 0)
+
+
+def test_a_run_terminated_by_a_revoke_never_counts_as_a_failure():
+    from django_cluster_cron.ledger import statements, transitions
+
+    job = hourly("terminated", task="tests.fail", args=[], pause_after_failures=1)
+    [run] = run_due(at(1, 0, 1), execute=False)
+    assert statements.claim_run(run.pk, run.task_id, run.attempt, "here:1") is not None
+    status = transitions.discarded(
+        run.pk, run.task_id, run.attempt, terminated=True, expired=False, signum=15
+    )
+    assert status == RunStatus.CANCELLED
+    assert _counted(job) == (True, 0)
+
+
+def test_a_skipped_run_never_counts_as_a_failure():
+    job = hourly("ignores", task="tests.ignore", args=[], pause_after_failures=1)
+    [run] = run_due(at(1, 0, 1))
+    assert run.status == RunStatus.SKIPPED
+    assert _counted(job) == (True, 0)
+
+
 # -- what the operator sees before saving -------------------------------------------------------
 
 

@@ -13,7 +13,7 @@ import pytest
 from django.db import connection, connections
 
 from django_cluster_cron.dbconn import close_own_connection
-from django_cluster_cron.ledger import statements
+from django_cluster_cron.ledger import cursors, statements
 from django_cluster_cron.models import JobRun, RunStatus
 from tests.support.jobs import make_job, make_run
 from tests.support.pgbouncer import PGBOUNCER, pgbouncer
@@ -69,8 +69,8 @@ def test_behind_a_pooler_that_loses_prepared_statements_every_claim_and_record_l
     finally:
         statements.use_own_connection(False)
         settings["HOST"], settings["PORT"] = saved
-        turned_off = not statements._prepare[0]
-        statements._prepare[0] = True
+        turned_off = not cursors._prepare[0]
+        cursors._prepare[0] = True
     assert not errors, errors
     assert turned_off
     assert "run.prepared_statements_off" in caplog.text

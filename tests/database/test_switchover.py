@@ -80,8 +80,9 @@ class LoseAnswers:
         self.left = times
         self.lock = threading.Lock()
         monkeypatch.setattr(statements, name, self)
-        # The worker modules imported the function by name.
-        for module in ("django_cluster_cron.worker.claim", "django_cluster_cron.worker.record"):
+        # The modules that call it imported the function by name.
+        callers = ("django_cluster_cron.worker.claim", "django_cluster_cron.ledger.transitions")
+        for module in callers:
             target = __import__(module, fromlist=["x"])
             if hasattr(target, name):
                 monkeypatch.setattr(target, name, self)

@@ -95,6 +95,20 @@ def test_run_due_applies_the_catch_up_policy_and_records_what_it_skips(settings)
 
 
 @pytest.mark.django_db(transaction=True)
+def test_run_due_runs_what_buffer_all_held_back_in_slot_order(settings):
+    settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "LEASE_BACKEND": "memory"}
+    job = nightly(
+        catchup_policy="all", catchup_window=timedelta(days=5), overlap_policy="buffer_all"
+    )
+    # Three nights later: catch-up "all" records the three; buffer_all holds two behind the
+    # first, and each runs when the one before has ended.
+    runs = run_due(datetime(2026, 11, 26, 3, 0, 5, tzinfo=UTC))
+    assert [r.status for r in runs] == [RunStatus.SUCCESS] * 3
+    assert [r.scheduled_for.day for r in runs] == [24, 25, 26]
+    assert_ran(job, times=3)
+
+
+@pytest.mark.django_db(transaction=True)
 def test_run_due_can_record_without_running(settings):
     settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "LEASE_BACKEND": "memory"}
     job = nightly()

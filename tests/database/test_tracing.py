@@ -24,7 +24,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from django_cluster_cron.celery_app import get_celery_app
 from django_cluster_cron.ledger.outbox import OutboxMessage
 from django_cluster_cron.models import JobRun, RunStatus
-from django_cluster_cron.worker.around import deliver_here
+from django_cluster_cron.worker.celery import deliver_here
 from tests.support.inprocess import T0, Clock, job, queued_messages
 
 pytestmark = pytest.mark.django_db(transaction=True)

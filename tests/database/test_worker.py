@@ -171,8 +171,8 @@ def test_an_unregistered_task_is_recorded_as_a_failure(message_form):
 
         from celery.signals import task_unknown
 
-        from django_cluster_cron.dispatch.celery.sender import headers_for
         from django_cluster_cron.ledger.outbox import OutboxMessage
+        from django_cluster_cron.wire.celery import headers_for
 
         message = SimpleNamespace(headers=headers_for(OutboxMessage.for_run(run)))
         task_unknown.send(
@@ -236,7 +236,7 @@ def test_the_heartbeat_reconnects_after_its_database_connection_is_cut(settings)
         pytest.skip("SQLite has no server whose sessions could be cut")
     settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "RUN_HEARTBEAT_INTERVAL": 0.1}
     run = make_run(make_job(), status=RunStatus.RUNNING)
-    heartbeat = RunHeartbeat(run.pk, run.attempt)
+    heartbeat = RunHeartbeat(run)
     heartbeat.start()
     try:
         wait_for(lambda: JobRun.objects.get(pk=run.pk).heartbeat_at, 5, "a first beat")

@@ -227,7 +227,7 @@ def test_on_a_workers_own_connection_the_claim_reads_what_the_orm_reads_time_zon
     from django.db import connection
 
     from django_cluster_cron.dbconn import close_own_connection
-    from django_cluster_cron.ledger import statements
+    from django_cluster_cron.ledger import cursors, statements
 
     job = make_job(
         start_at=datetime(2030, 1, 1, 12, 30, 15, 123456, tzinfo=timezone.utc),
@@ -237,7 +237,7 @@ def test_on_a_workers_own_connection_the_claim_reads_what_the_orm_reads_time_zon
     statements.use_own_connection()
     try:
         claimed = claim_run(run.pk, run.task_id, 1, "w:1")
-        kept = list(statements._kept.cursors.values())
+        kept = list(cursors._kept.cursors.values())
     finally:
         statements.use_own_connection(False)
         close_own_connection()

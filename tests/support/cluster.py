@@ -23,6 +23,8 @@ import pytest
 
 from tests.support.waiting import wait_for
 
+# The nodes' lease TTL and poll interval: short on purpose, for the tests measure a failover
+# against them; a bound on a measured time leaves room with tests.support.timing.stalls.
 TTL = 2.0
 POLL = 0.2
 

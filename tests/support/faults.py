@@ -28,20 +28,18 @@ class DiesAfterRecord:
         logging.getLogger("django_cluster_cron.scheduler").error("fault.injected after_record")
         os._exit(EXIT_CODE)
 
-    def publish(self, messages: Sequence[Any]) -> list[str]:
+    def publish(self, messages: Sequence[Any]) -> Any:
         if messages:
             self._die()
-        result: list[str] = self.inner.publish(messages)
-        return result
+        return self.inner.publish(messages)
 
     def prepare(self, messages: Sequence[Any]) -> Any:
         if messages:
             self._die()
         return self.inner.prepare(messages)
 
-    def send_prepared(self, groups: Sequence[Any], keep: set[int]) -> list[int]:
-        result: list[int] = self.inner.send_prepared(groups, keep)
-        return result
+    def send_prepared(self, groups: Sequence[Any], keep: set[int]) -> Any:
+        return self.inner.send_prepared(groups, keep)
 
 
 FAULTS = {"after_record": DiesAfterRecord}

@@ -21,6 +21,7 @@ from django_cluster_cron.models import JobDefinition
 from django_cluster_cron.scheduler import Scheduler
 from django_cluster_cron.scheduler.recording import Recorder
 from django_cluster_cron.testing import NoWait
+from tests.support.timing import WAIT, ttl_outlasting
 
 UTC = timezone.utc
 T0 = datetime(2030, 1, 1, 12, tzinfo=UTC)
@@ -52,10 +53,15 @@ def make_scheduler(redis_client, settings, lease_kind):
     made = []
 
     def make(
-        node: str, clock: Clock, dispatcher=None, ttl: float = 5.0, lookahead: float = 0.0
+        node: str,
+        clock: Clock,
+        dispatcher=None,
+        ttl: float = ttl_outlasting(calls=5),
+        lookahead: float = 0.0,
     ) -> Scheduler:
         """A scheduler on ``clock``: it decides slots at their instant unless the test asks for
-        a ``lookahead`` (test_lookahead.py tests recording ahead)."""
+        a ``lookahead`` (test_lookahead.py tests recording ahead). Its lease holds across the
+        test's steps unless the test asks for a ``ttl`` short enough to expire."""
         scheduler = Scheduler(
             node_id=node,
             lease=backend.lease(LEADER, node, ttl),
@@ -75,7 +81,7 @@ def make_scheduler(redis_client, settings, lease_kind):
         scheduler.shutdown()
 
 
-def take_over(successor: Scheduler, timeout: float = 30) -> None:
+def take_over(successor: Scheduler, timeout: float = WAIT) -> None:
     """Step ``successor`` until it leads: its predecessor vanished without a word (SIGKILL),
     so it waits for the predecessor's lease to expire."""
     from tests.support.waiting import wait_for

@@ -24,10 +24,11 @@ from django_cluster_cron.tasks import execute_run
 
 
 def make_job(task="tests.record", args=None, kwargs=None, **fields):
-    """A paused job of ``task``; ``args`` left out: a label for the default task (it takes one),
-    none for another."""
+    """A job of ``task``, paused unless ``enabled=True``; ``args`` left out: a label for the
+    default task (it takes one), none for another."""
     if args is None:
         args = ["made"] if task == "tests.record" else []
+    fields.setdefault("enabled", False)
     job = JobDefinition(
         name=f"job-{uuid.uuid4().hex[:8]}",
         cron="0 0 1 1 *",
@@ -35,7 +36,6 @@ def make_job(task="tests.record", args=None, kwargs=None, **fields):
         task=task,
         args=args,
         kwargs=kwargs or {},
-        enabled=False,
         **fields,
     )
     job.full_clean()
@@ -80,7 +80,7 @@ def apply_own_task(run, attempt=1, task_id=None, **options):
     """Deliver the run's message in the job's-own-task form in this process (Celery's apply, with
     the wrapper every worker installs); Celery's EagerResult."""
     from django_cluster_cron.celery_app import get_celery_app
-    from django_cluster_cron.worker.around import deliver_here
+    from django_cluster_cron.worker.celery import deliver_here
 
     run = JobRun.objects.select_related("job").get(pk=run.pk)
     message = dataclasses.replace(

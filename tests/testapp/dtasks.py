@@ -102,3 +102,19 @@ def fail_at_once(label: str) -> None:
 
     _witness(label, 0)
     raise RuntimeError(f"{label}: failing on purpose")
+
+
+@task()
+def until_cancelled(label: str, seconds: float = 60.0) -> str:
+    """Work until the run's cancel is seen (checked between steps), or ``seconds``."""
+    from tests.testapp.tasks import _until_cancelled
+
+    return _until_cancelled(label, seconds, check=True)
+
+
+@task()
+def busy(label: str, seconds: float = 60.0) -> str:
+    """Work in short steps for ``seconds`` without looking at any cancel."""
+    from tests.testapp.tasks import _until_cancelled
+
+    return _until_cancelled(label, seconds, check=False)

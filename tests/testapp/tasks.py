@@ -190,3 +190,61 @@ def recurse(self: Any, depth: int) -> int:
 def limited(x: int = 0) -> int:
     """A task with Celery options of its own (time limits)."""
     return x
+
+
+def _until_cancelled(
+    label: str,
+    seconds: float,
+    *,
+    check: bool,
+    let_go: bool = False,
+    ends: str = "worked to the end",
+) -> str:
+    """Witness a body that works in short steps for up to ``seconds`` (then says ``ends``);
+    with ``check``, it looks at ``current_run().cancel_requested`` between steps and stops when
+    it is set; with ``let_go``, it stops when the test writes a witness row ``go:<label>``."""
+    import os
+
+    from django.utils import timezone
+
+    from django_cluster_cron.worker import current_run
+    from tests.testapp.models import Execution
+
+    run = current_run()
+    execution = Execution.objects.create(label=label, pid=os.getpid(), started_at=timezone.now())
+    deadline = time.monotonic() + seconds
+    outcome = ends
+    while time.monotonic() < deadline:
+        if let_go and Execution.objects.filter(label=f"go:{label}").exists():
+            outcome = "let go"
+            break
+        if check and run is not None and run.cancel_requested:
+            outcome = "stopped at the cancel"
+            break
+        time.sleep(0.02)  # one step of the body's work
+    Execution.objects.filter(pk=execution.pk).update(finished_at=timezone.now())
+    return outcome
+
+
+@shared_task(name="tests.until_cancelled")
+def until_cancelled(label: str, seconds: float = 60.0) -> str:
+    """Work until the run's cancel is seen (checked between steps), or ``seconds``."""
+    return _until_cancelled(label, seconds, check=True)
+
+
+@shared_task(name="tests.busy")
+def busy(label: str, seconds: float = 60.0) -> str:
+    """Work in short steps for ``seconds`` without looking at any cancel."""
+    return _until_cancelled(label, seconds, check=False)
+
+
+@shared_task(name="tests.hold")
+def hold(label: str, obey_cancel: bool = True, seconds: float = 120.0) -> str:
+    """Witness a body (labelled ``<label>:<run id>``) that runs until the test lets it end (a
+    witness row labelled ``go:<label>:<run id>``), or, with ``obey_cancel``, until its run's
+    cancel is seen; at most ``seconds``."""
+    from django_cluster_cron.worker import current_run
+
+    run = current_run()
+    label = f"{label}:{run.pk}" if run is not None else label
+    return _until_cancelled(label, seconds, check=obey_cancel, let_go=True, ends="timed out")

@@ -183,25 +183,42 @@ def test_every_due_slot_is_decided_exactly_once(policy, down, window, cap, grace
 
 
 @pytest.mark.parametrize(
-    ("policy", "running", "waiting", "allowed"),
+    ("policy", "running", "waiting", "buffered", "verdict", "why", "stops"),
     [
-        ("allow", 3, 5, True),
-        ("skip", 0, 0, True),
-        ("skip", 1, 0, False),
-        ("skip", 0, 1, False),
-        ("buffer_one", 0, 0, True),
-        ("buffer_one", 1, 0, True),
-        ("buffer_one", 1, 1, False),
-        ("buffer_one", 0, 1, False),
+        ("allow", 3, 5, 2, "run", "", False),
+        ("skip", 0, 0, 0, "run", "", False),
+        ("skip", 1, 0, 0, "skip", "overlap", False),
+        ("skip", 0, 1, 0, "skip", "overlap", False),
+        ("skip", 0, 0, 1, "skip", "overlap", False),
+        ("buffer_one", 0, 0, 0, "run", "", False),
+        ("buffer_one", 1, 0, 0, "run", "", False),
+        ("buffer_one", 1, 1, 0, "skip", "overlap", False),
+        ("buffer_one", 0, 1, 0, "skip", "overlap", False),
+        ("buffer_all", 0, 0, 0, "run", "", False),
+        ("buffer_all", 1, 0, 0, "buffer", "", False),
+        ("buffer_all", 0, 1, 0, "buffer", "", False),
+        ("buffer_all", 1, 0, 2, "buffer", "", False),
+        ("buffer_all", 1, 0, 3, "skip", "buffer_full", False),
+        ("cancel_other", 0, 0, 0, "run", "", False),
+        ("cancel_other", 1, 0, 0, "buffer", "", True),
+        ("cancel_other", 0, 0, 1, "buffer", "", True),
+        ("terminate_other", 0, 0, 0, "run", "", False),
+        ("terminate_other", 1, 0, 0, "buffer", "", True),
     ],
 )
-def test_overlap_policy_decides_whether_one_more_run_may_go(policy, running, waiting, allowed):
-    from django_cluster_cron.core.overlap import overlap_refusal
+def test_the_overlap_policy_decides_whether_one_more_run_goes_waits_or_is_skipped(
+    policy, running, waiting, buffered, verdict, why, stops
+):
+    from django_cluster_cron.core.overlap import decide
 
-    reason = overlap_refusal(policy, running=running, waiting=waiting)
-    assert (reason is None) is allowed
-    if reason is not None:
-        assert policy in reason
+    decision = decide(policy, running=running, waiting=waiting, buffered=buffered, max_buffered=3)
+    assert decision.verdict.value == verdict
+    assert decision.why_not_run == why
+    assert decision.stop_others is stops
+    if verdict != "run":
+        assert policy in decision.reason
+    else:
+        assert decision.reason == ""
 
 
 def test_retry_delays_grow_exponentially_with_jitter_and_respect_the_cap():

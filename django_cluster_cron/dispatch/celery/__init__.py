@@ -29,10 +29,11 @@ from celery import Celery
 
 from ...ledger import outbox
 from ...ledger.outbox import OutboxMessage
-from ..port import Prepared, PublishFailed, publish_runs
+from ...wire.celery import EXECUTE_TASK
+from ..port import Done, Preparation, Prepared, PublishFailed, publish_runs
 from . import forms, prepared
 from .prepared import PreparedGroup
-from .sender import EXECUTE_TASK, BatchSender
+from .sender import BatchSender
 
 __all__ = ["EXECUTE_TASK", "CeleryDispatcher", "PreparedGroup"]
 
@@ -79,12 +80,13 @@ class CeleryDispatcher:
             return None
         return cast(AbstractContextManager[Any], batch(max_size=size))
 
-    def prepare(self, messages: Sequence[OutboxMessage]) -> list[PreparedGroup]:
+    def prepare(self, messages: Sequence[OutboxMessage]) -> Preparation:
         """Build the messages of runs recorded ahead, to send at their instant (see
         :mod:`.prepared`); nothing reaches the broker."""
-        return prepared.prepare(self.app, messages, fast=self.pipeline, own_task=self.own_task())
+        groups = prepared.prepare(self.app, messages, fast=self.pipeline, own_task=self.own_task())
+        return Preparation(groups)
 
-    def send_prepared(self, groups: Sequence[Prepared], keep: set[int]) -> list[int]:
+    def send_prepared(self, groups: Sequence[Prepared], keep: set[int]) -> Done[int]:
         """Send the prepared messages whose run is in ``keep``; return the runs sent.
 
         Raises :class:`~django_cluster_cron.dispatch.port.SendFailed` (with the runs sent before
@@ -96,7 +98,7 @@ class CeleryDispatcher:
         # Built in the other message form (the workers' answers changed it since): sent again
         # from their rows, in the form of now.
         stale = {r for g in built if g.own_task != form for r in g.run_ids if r in keep}
-        sent = prepared.push(self.app, [g for g in built if g.own_task == form], keep)
+        sent = Done(prepared.push(self.app, [g for g in built if g.own_task == form], keep))
         ordinary = [m for g in ours if g.messages for m in g.messages if m.run_id in keep]
         if stale:
             ordinary += outbox.messages_of(sorted(stale))
@@ -104,13 +106,19 @@ class CeleryDispatcher:
             sent = publish_runs(self.publish, ordinary, sent)
         return sent
 
-    def publish(self, messages: Sequence[OutboxMessage]) -> list[str]:
+    def terminate(self, task_id: str, signal: str) -> None:
+        """Have the worker running ``task_id`` stop it now: Celery's ``revoke`` with
+        ``terminate=True`` and ``signal`` (the pool process, or green thread, running it is
+        ended; a worker where it no longer runs ignores it). Raises what the broker raises."""
+        self.app.control.revoke(task_id, terminate=True, signal=signal)
+
+    def publish(self, messages: Sequence[OutboxMessage]) -> Done[str]:
         """Publish in order; return the task ids that reached the broker.
 
         Stops at the first failure with :class:`PublishFailed`: the caller marks what was
         published and leaves the rest ``pending`` for the outbox.
         """
-        published: list[str] = []
+        published: Done[str] = Done()
         if not messages:
             return published
         try:

@@ -2,7 +2,7 @@
 
 From 0.2 a run is sent as its job's own task (name, args, kwargs), with headers naming the run;
 the worker side wraps every task's call to claim the run first (:mod:`django_cluster_cron.
-worker.around`). A worker of an earlier release would run such a message as a plain call:
+worker.celery`). A worker of an earlier release would run such a message as a plain call:
 without the claim, the overlap gate or the ledger. So while any worker may be older, the leader
 sends the old form, ``django_cluster_cron.execute_run(run_id, attempt)``, which every release
 runs (new workers keep the task).

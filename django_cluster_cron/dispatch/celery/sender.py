@@ -24,10 +24,10 @@ from ...celery_app import registered_task_names
 from ...conf import app_settings
 from ...ledger.outbox import OutboxMessage
 from ...redaction import redact
+from ...wire.celery import EXECUTE_TASK, headers_for
 
 logger = logging.getLogger("django_cluster_cron.scheduler")
 
-EXECUTE_TASK = "django_cluster_cron.execute_run"
 # Fail fast when the broker is down: the run stays ``pending`` and the outbox re-publishes it, so
 # a long in-process retry would only delay the rest of the tick.
 PUBLISH_RETRY_POLICY = {
@@ -199,20 +199,6 @@ class BatchSender:
         if isinstance(value, dict):
             maxsize = self.kwargsrepr_maxsize
         return str(saferepr(value, maxsize, maxlevels=maxlevels))
-
-
-def headers_for(message: OutboxMessage) -> dict[str, Any]:
-    headers = {
-        "cluster_cron_run": message.run_id,
-        "cluster_cron_job": message.job_id,
-        "cluster_cron_slot": message.scheduled_for.isoformat(),
-        "cluster_cron_attempt": message.attempt,
-        "cluster_cron_epoch": message.epoch,
-        "cluster_cron_trigger": message.trigger,
-    }
-    if message.trace:
-        headers["cluster_cron_trace"] = message.trace
-    return headers
 
 
 def routing_for(message: OutboxMessage) -> dict[str, Any]:
