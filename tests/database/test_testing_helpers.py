@@ -51,6 +51,16 @@ def test_the_memory_setting_serves_cluster_lock_without_any_service(settings):
 # -- run_due and the ledger assertions: a user's test of a scheduled job, no scheduler or worker --
 
 UTC = timezone.utc
+# The tests' days: a month ahead of the real one, at midnight UTC. A run an overlap policy held
+# back is released by a worker against the database's clock (it ages past the catch-up window
+# by that clock), so the slots played here must not be in the past of the real day: fixed past
+# dates failed here once the real clock passed them by the window.
+BASE = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=30)
+
+
+def at(day: int, hour: int, minute: int = 0, second: int = 0) -> datetime:
+    """Day ``day`` of the tests' calendar (23 is the first) at ``hour:minute:second`` UTC."""
+    return BASE + timedelta(days=day - 23, hours=hour, minutes=minute, seconds=second)
 
 
 def nightly(**fields):
@@ -61,8 +71,8 @@ def nightly(**fields):
     job.save()
     # As if it had been created the day before at noon.
     JobDefinition.objects.filter(pk=job.pk).update(
-        last_scheduled_at=datetime(2026, 11, 23, 12, tzinfo=UTC),
-        next_run_at=datetime(2026, 11, 24, 3, tzinfo=UTC),
+        last_scheduled_at=at(23, 12),
+        next_run_at=at(24, 3),
     )
     job.refresh_from_db()
     return job
@@ -72,14 +82,14 @@ def nightly(**fields):
 def test_run_due_runs_the_slot_due_at_now_through_the_real_ledger(settings):
     settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "LEASE_BACKEND": "memory"}
     job = nightly()
-    assert run_due(datetime(2026, 11, 24, 2, 59, tzinfo=UTC)) == []  # not due yet
-    [run] = run_due(datetime(2026, 11, 24, 3, 0, 1, tzinfo=UTC))
+    assert run_due(at(24, 2, 59)) == []  # not due yet
+    [run] = run_due(at(24, 3, 0, 1))
     assert (run.status, run.scheduled_for) == (
         RunStatus.SUCCESS,
-        datetime(2026, 11, 24, 3, tzinfo=UTC),
+        at(24, 3),
     )
-    assert_ran(job, at=datetime(2026, 11, 24, 3, tzinfo=UTC))
-    assert run_due(datetime(2026, 11, 24, 3, 0, 2, tzinfo=UTC)) == []  # once per slot
+    assert_ran(job, at=at(24, 3))
+    assert run_due(at(24, 3, 0, 2)) == []  # once per slot
 
 
 @pytest.mark.django_db(transaction=True)
@@ -87,10 +97,11 @@ def test_run_due_applies_the_catch_up_policy_and_records_what_it_skips(settings)
     settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "LEASE_BACKEND": "memory"}
     job = nightly(catchup_policy="latest", catchup_window=timedelta(days=5))
     # Three nights later: `latest` runs the last slot only and records the two before as missed.
-    runs = run_due(datetime(2026, 11, 26, 3, 0, 5, tzinfo=UTC))
+    runs = run_due(at(26, 3, 0, 5))
     assert [r.status for r in runs] == [RunStatus.SUCCESS]
     assert len(ledger(job, status=RunStatus.MISSED)) == 2
-    with pytest.raises(AssertionError, match="the ledger holds: 2026-11-24 03:00:00Z missed"):
+    first = f"{at(24, 3):%Y-%m-%d %H:%M:%S}Z"
+    with pytest.raises(AssertionError, match=f"the ledger holds: {first} missed"):
         assert_ran(job, times=3)
 
 
@@ -102,9 +113,9 @@ def test_run_due_runs_what_buffer_all_held_back_in_slot_order(settings):
     )
     # Three nights later: catch-up "all" records the three; buffer_all holds two behind the
     # first, and each runs when the one before has ended.
-    runs = run_due(datetime(2026, 11, 26, 3, 0, 5, tzinfo=UTC))
+    runs = run_due(at(26, 3, 0, 5))
     assert [r.status for r in runs] == [RunStatus.SUCCESS] * 3
-    assert [r.scheduled_for.day for r in runs] == [24, 25, 26]
+    assert [r.scheduled_for for r in runs] == [at(24, 3), at(25, 3), at(26, 3)]
     assert_ran(job, times=3)
 
 
@@ -112,7 +123,7 @@ def test_run_due_runs_what_buffer_all_held_back_in_slot_order(settings):
 def test_run_due_can_record_without_running(settings):
     settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "LEASE_BACKEND": "memory"}
     job = nightly()
-    [run] = run_due(datetime(2026, 11, 24, 3, 0, 1, tzinfo=UTC), execute=False)
+    [run] = run_due(at(24, 3, 0, 1), execute=False)
     assert run.status == RunStatus.QUEUED
     assert ledger(job, status=RunStatus.SUCCESS) == []
 
@@ -124,12 +135,12 @@ def test_run_due_runs_a_django_tasks_task_here_inside_the_tests_transaction(sett
 
     settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "LEASE_BACKEND": "memory"}
     job = nightly(task="tests.testapp.dtasks.whoami", args=[])
-    [run] = run_due(datetime(2026, 11, 24, 3, 0, 1, tzinfo=UTC))
+    [run] = run_due(at(24, 3, 0, 1))
     assert run.status == RunStatus.SUCCESS
     assert run.result == repr([run.pk, 1, run.task_id])
     assert run.backend_result_id
     job.task, job.args = "tests.testapp.dtasks.record", ["nightly"]
     job.save()
-    [run] = run_due(datetime(2026, 11, 25, 3, 0, 1, tzinfo=UTC))
+    [run] = run_due(at(25, 3, 0, 1))
     assert run.status == RunStatus.SUCCESS
     assert Execution.objects.filter(label="nightly").count() == 1
