@@ -16,7 +16,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.routers import DefaultRouter
 
-from . import preview, views
+from . import preview, runs, views
 
 app_name = "cluster_cron_api"
 
@@ -25,7 +25,7 @@ router = DefaultRouter()
 # 404 from the API rather than Django's HTML page.
 router.include_format_suffixes = False
 router.register("jobs", views.JobViewSet, basename="job")
-router.register("runs", views.RunViewSet, basename="run")
+router.register("runs", runs.RunViewSet, basename="run")
 
 
 class SchemaView(SpectacularAPIView):

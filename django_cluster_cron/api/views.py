@@ -20,7 +20,7 @@ from drf_spectacular.utils import (
     extend_schema,
     extend_schema_view,
 )
-from rest_framework import mixins, permissions, status, viewsets
+from rest_framework import permissions, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.parsers import BaseParser
@@ -30,9 +30,9 @@ from rest_framework.views import APIView
 
 from .. import actions, audit
 from ..dbtime import DbNow
-from ..models import JobChange, JobDefinition, JobRun, RunStatus, RunTrigger
+from ..models import JobChange, JobDefinition, JobRun, RunStatus
 from ..ops.views import recent_health
-from .params import JobPagination, RunPagination, choice, flag, instant, integer, text
+from .params import JobPagination, flag, text
 from .parsers import api_parser_classes
 from .replies import (
     APP,
@@ -51,7 +51,6 @@ from .serializers import (
     JobSerializer,
     PauseSerializer,
     RunNowSerializer,
-    RunSerializer,
 )
 from .strict import EmptyBody, printable_errors
 
@@ -75,7 +74,7 @@ class ModelPermissions(permissions.DjangoModelPermissions):
         return super().has_permission(request, view)
 
 
-def _operation_error(exc: actions.ActionRefused) -> ValidationError:
+def operation_error(exc: actions.ActionRefused) -> ValidationError:
     return ValidationError({"detail": str(exc)})
 
 
@@ -247,7 +246,7 @@ class JobViewSet(Audited, viewsets.ModelViewSet):  # type: ignore[type-arg]
         try:
             run = actions.run_now(job, by=f"api:{request.user}", overlap_policy=policy)
         except actions.ActionRefused as exc:
-            raise _operation_error(exc) from None
+            raise operation_error(exc) from None
         return Response(run_reply(request, run), status=status.HTTP_201_CREATED)
 
     @extend_schema(request=BackfillSerializer, responses=BackfillResultSerializer)
@@ -270,7 +269,7 @@ class JobViewSet(Audited, viewsets.ModelViewSet):  # type: ignore[type-arg]
                 else actions.backfill(job, start, end, by=by, overlap_policy=policy)
             )
         except actions.ActionRefused as exc:
-            raise _operation_error(exc) from None
+            raise operation_error(exc) from None
         return Response(backfill_reply(request, len(plan.slots), plan.existing, created))
 
     @extend_schema(request=None, responses=JOB_REPLY)
@@ -288,87 +287,6 @@ class JobViewSet(Audited, viewsets.ModelViewSet):  # type: ignore[type-arg]
         except DjangoValidationError as exc:
             raise ValidationError(exc.message_dict) from None
         return Response(job_reply(request, job))
-
-
-@extend_schema_view(
-    list=extend_schema(
-        parameters=[
-            OpenApiParameter("job", int, description="Runs of this job id."),
-            OpenApiParameter("status", str, description="One status, e.g. failed."),
-            OpenApiParameter("trigger", str, description="schedule, catchup, manual, backfill."),
-            OpenApiParameter(
-                "after", OpenApiTypes.DATETIME, description="Slots at or after this instant."
-            ),
-            OpenApiParameter(
-                "before", OpenApiTypes.DATETIME, description="Slots before this instant."
-            ),
-        ]
-    )
-)
-class RunViewSet(
-    Audited,
-    mixins.ListModelMixin,
-    mixins.RetrieveModelMixin,
-    viewsets.GenericViewSet,  # type: ignore[type-arg]
-):
-    """The run ledger: list (newest slot first, cursor pages), read, retry, cancel."""
-
-    serializer_class = RunSerializer
-    permission_classes = (ModelPermissions,)
-    schema = ClusterCronSchema()
-    pagination_class = RunPagination
-    queryset = JobRun.objects.all()
-    lookup_value_regex = "[^/]+"
-    action_permissions: ClassVar[dict[str, str]] = {
-        "retry": "retry_jobrun",
-        "cancel": "cancel_jobrun",
-    }
-
-    def get_queryset(self) -> QuerySet[JobRun]:
-        runs = JobRun.objects.select_related("job")
-        params = self.request.query_params
-        if self.action != "list":
-            return cast("QuerySet[JobRun]", runs)
-        if "job" in params:
-            runs = runs.filter(job_id=integer(params["job"], "job"))
-        for name, choices in (("status", RunStatus.values), ("trigger", RunTrigger.values)):
-            if params.get(name):
-                runs = runs.filter(**{name: choice(params[name], name, choices)})
-        if "after" in params:
-            runs = runs.filter(scheduled_for__gte=instant(params["after"], "after"))
-        if "before" in params:
-            runs = runs.filter(scheduled_for__lt=instant(params["before"], "before"))
-        return cast("QuerySet[JobRun]", runs)
-
-    @extend_schema(request=None, responses=RUN_REPLY)
-    @action(detail=True, methods=["post"])
-    def retry(self, request: Request, pk: str | None = None) -> Response:
-        """Run a failed run again: the same run, its next attempt."""
-        run = self.get_object()
-        self.refuse_any_body(request, "retry/")
-        try:
-            run = actions.retry(run)
-        except actions.ActionRefused as exc:
-            raise _operation_error(exc) from None
-        return Response(run_reply(request, run))
-
-    @extend_schema(request=None, responses=RUN_REPLY)
-    @action(detail=True, methods=["post"])
-    def cancel(self, request: Request, pk: str | None = None) -> Response:
-        """Cancel a run. One that has not started (pending, queued or waiting for a retry) is
-        cancelled at once; one that runs is asked to stop (``cancel_requested_at``): its body
-        sees it at its next heartbeat, it is recorded ``cancelled`` when it ends, and, where its
-        job sets ``cancel_grace`` and its worker's pool can (``worker_pool``: prefork, eventlet,
-        gevent), it is terminated if it goes on past that grace. 400 for a run that has ended,
-        or whose cancel was already asked for."""
-        run = self.get_object()
-        self.refuse_any_body(request, "cancel/")
-        by = str(request.user)
-        try:
-            run = actions.cancel(run, reason=f"cancelled by {by}", by=by)
-        except actions.ActionRefused as exc:
-            raise _operation_error(exc) from None
-        return Response(run_reply(request, run))
 
 
 class HealthView(ApiView):
