@@ -1,4 +1,5 @@
-"""Operator actions: run now, backfill, retry, cancel, pause and resume.
+"""Operator actions: run now, backfill, retry (a run, or a run's failed pieces), cancel, pause
+and resume.
 
 The admin (and any code of yours) calls these. They write the ledger like the scheduler does —
 one row per (job, slot), the overlap policy applied, the row recorded before it is published —
@@ -20,10 +21,11 @@ from .celery_app import terminate_refusal
 from .conf import app_settings
 from .core.overlap import Decision, OverlapPolicy, Verdict
 from .dbtime import database_now
-from .dispatch import default_dispatcher, publish_now
-from .ledger import buffer, transitions
+from .dispatch import default_dispatcher, publish_now, send_pieces
+from .ledger import buffer, piece_moves, piece_runs, transitions
 from .ledger.buffer import preempt
 from .ledger.outbox import OutboxMessage
+from .ledger.pieces import piece_message
 from .ledger.rows import activity, dispatchable_run
 from .models import JobDefinition, JobRun, RunStatus, RunTrigger
 from .models.changes import record_change
@@ -192,13 +194,44 @@ def backfill(
 
 
 def retry(run: JobRun) -> JobRun:
-    """Run a failed run again: the same run, the next attempt."""
+    """Run a failed run again: the same run, the next attempt (a run split into pieces: its
+    failed pieces, :func:`retry_pieces`)."""
+    if run.piece_count:
+        return retry_pieces(run)
     if not transitions.retried(run):
         raise ActionRefused(f"Run {run.pk} is {run.status}, not failed: only failed runs retry.")
     run.refresh_from_db()
     publish([run])
     run.refresh_from_db()
     return run
+
+
+def retry_pieces(run: JobRun, indexes: list[int] | None = None) -> JobRun:
+    """Send failed pieces of a run split into pieces again (``indexes``: those; None: every
+    failed one), each as its next attempt, within the job's parallel cap; a failed run is
+    re-opened (``running``) and closes again when they have ended, its completion task sent
+    again then. Written to the job's trail."""
+    if not run.piece_count:
+        raise ActionRefused(f"Run {run.pk} has no pieces: retry the run itself.")
+    reopened = piece_moves.retry_pieces(run, indexes)
+    if not reopened:
+        which = "failed pieces" if indexes is None else f"failed pieces among {sorted(indexes)}"
+        raise ActionRefused(f"Run {run.pk} has no {which} to retry.")
+    shown = "every failed piece" if indexes is None else f"pieces {sorted(indexes)}"
+    record_change(run.job, "retry_pieces", note=f"run {run.pk}: {shown} ({reopened} sent again)")
+    settle_pieces(run)
+    run.refresh_from_db()
+    return run
+
+
+def settle_pieces(run: JobRun) -> None:
+    """Settle a run split into pieces now (cancel, release, close) and send what that makes."""
+    settled = piece_runs.settle(run.pk)
+    if settled.send and settled.run is not None:
+        found = settled.run
+        send_pieces(default_dispatcher(), [piece_message(found, p) for p in settled.send])
+    if settled.closed is not None and settled.run is not None:
+        piece_runs.note_closed(settled.run, settled.closed)
 
 
 def cancel(run: JobRun, *, reason: str = "cancelled by an operator", by: str = "") -> JobRun:
@@ -213,8 +246,11 @@ def cancel(run: JobRun, *, reason: str = "cancelled by an operator", by: str = "
         metrics.get().not_run(run.job.name, "cancelled")  # a running one: counted at its end
         return run
     if transitions.cancel_requested(run, by=by or "an operator", reason=reason):
-        run.refresh_from_db()
         logger.warning("run.cancel_requested run=%s job=%s by=%s", run.pk, run.job_id, by)
+        if run.piece_count:  # its pieces not started are cancelled, the running ones stop
+            piece_moves.stop_asked(run.job_id)
+            settle_pieces(run)
+        run.refresh_from_db()
         return run
     run.refresh_from_db()
     if run.cancel_requested:

@@ -52,8 +52,10 @@ def run_due(now: datetime | None = None, *, execute: bool = True) -> list[Any]:
     immediate backend; so its claim, its status and its retries are the real ones too; a
     retry is recorded as ``retrying`` and not run again (call ``run_due`` later, or
     ``execute=False`` to only record). Runs an overlap policy held back (``buffer_all``) run
-    here too, in their turn. Jobs whose overlap policy takes a lock need a lease backend:
-    set ``CLUSTER_CRON["LEASE_BACKEND"] = "memory"`` in test settings if there is no Redis.
+    here too, in their turn; a run split into pieces has each piece delivered here too, in
+    index order, then its completion task. Jobs whose overlap policy takes a lock need a lease
+    backend: set ``CLUSTER_CRON["LEASE_BACKEND"] = "memory"`` in test settings if there is no
+    Redis.
     """
     from . import djtasks
     from .celery_app import get_celery_app
@@ -61,7 +63,8 @@ def run_due(now: datetime | None = None, *, execute: bool = True) -> list[Any]:
     from .djtasks_app import resolve_task
     from .ledger.fence import Fence
     from .ledger.outbox import OutboxMessage, mark_published
-    from .models import JobRun, RunStatus
+    from .ledger.pieces import piece_message
+    from .models import JobPiece, JobRun, PieceStatus, RunStatus
     from .scheduler.recording import Recorder
     from .worker.celery import deliver_here
 
@@ -73,7 +76,8 @@ def run_due(now: datetime | None = None, *, execute: bool = True) -> list[Any]:
     def deliver(messages: list[Any]) -> None:
         # Due at ``now`` by definition, even if the database's own clock has not got there yet
         # (a test that plays "tomorrow at 03:00"): the claim compares with that clock.
-        JobRun.objects.filter(pk__in=[m.run_id for m in messages]).update(due_at=None)
+        runs = [m.run_id for m in messages if m.piece is None]
+        JobRun.objects.filter(pk__in=runs).update(due_at=None)
         for message in messages:
             if resolve_task(message.task) is not None:
                 djtasks.deliver_here(message)
@@ -99,6 +103,19 @@ def run_due(now: datetime | None = None, *, execute: bool = True) -> list[Any]:
             break
         recorded += [m.task_id for m in released]
         deliver(sorted(released, key=lambda message: message.scheduled_for))
+    # Runs split into pieces: each piece sent is delivered here too (and the pieces a piece's
+    # end releases, and the completion message), until none is left to send.
+    delivered: set[tuple[str, int]] = set()
+    while execute:
+        sent = JobPiece.objects.filter(
+            run__task_id__in=recorded, status=PieceStatus.QUEUED
+        ).select_related("run__job")
+        pieces = [piece_message(piece.run, piece) for piece in sent.order_by("run_id", "index")]
+        fresh = [m for m in pieces if (m.task_id, m.attempt) not in delivered]
+        if not fresh:  # none left, or only ones this loop could not take (never loop on them)
+            break
+        delivered.update((m.task_id, m.attempt) for m in fresh)
+        deliver(fresh)
     runs = JobRun.objects.filter(task_id__in=recorded).select_related("job")
     return sorted(runs, key=lambda run: (run.scheduled_for, run.job_id))
 

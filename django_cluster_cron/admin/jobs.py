@@ -155,6 +155,20 @@ class JobDefinitionAdmin(JobColumns, JobOperations):
             },
         ),
         (
+            "Pieces",
+            {
+                "classes": ("collapse",),
+                "description": "Split each slot into pieces run across the workers (each piece "
+                "claimed, retried and recovered on its own; the run's status follows them).",
+                "fields": (
+                    ("pieces", "pieces_planner"),
+                    ("max_parallel_pieces", "max_failed_pieces"),
+                    ("pieces_success", "pieces_success_count", "pieces_required"),
+                    "on_complete",
+                ),
+            },
+        ),
+        (
             "Bookkeeping",
             {
                 "classes": ("collapse",),

@@ -1,4 +1,5 @@
-"""The run ledger: a read-only list built for millions of rows, details, retry and cancel."""
+"""The run ledger: a read-only list built for millions of rows, details, retry and cancel (a
+run's pieces: :mod:`.pieces`)."""
 
 from __future__ import annotations
 
@@ -26,10 +27,12 @@ from django.utils.safestring import SafeString
 
 from .. import actions
 from ..actions import ActionRefused
+from ..ledger.piece_runs import progress_of
 from ..models import JobDefinition, JobRun, RunStatus
 from ..validation import whole_number
 from .display import duration_text, moment_column, run_badge
 from .lookups import list_lookup_allowed
+from .pieces import RunPieces
 from .readonly import ReadOnlyAdmin
 
 COUNT_CAP = 10_000
@@ -124,7 +127,7 @@ class JobFilter(admin.SimpleListFilter):
 
 
 @admin.register(JobRun)
-class JobRunAdmin(ReadOnlyAdmin):
+class JobRunAdmin(RunPieces, ReadOnlyAdmin):
     # What an operator scans, narrow enough for 1,366 px: the slot opens the run; the trigger and
     # a retry's attempt sit under the status; the run's id, when it was queued and finished, who
     # dispatched it and the epoch are on the run's page.
@@ -170,6 +173,7 @@ class JobRunAdmin(ReadOnlyAdmin):
             {"fields": ("worker", "worker_pool", "backend_result_id", "dispatched_by", "epoch")},
         ),
         ("Cancel", {"fields": ("cancel_asked", "cancel_requested_by")}),
+        ("Pieces", {"fields": ("piece_count", "progress", "pieces_table")}),
         ("Outcome", {"fields": ("reason", "result", "error", "traceback_block")}),
     )
     readonly_fields = (
@@ -193,6 +197,9 @@ class JobRunAdmin(ReadOnlyAdmin):
         "epoch",
         "cancel_asked",
         "cancel_requested_by",
+        "piece_count",
+        "progress",
+        "pieces_table",
         "reason",
         "result",
         "error",
@@ -233,6 +240,8 @@ class JobRunAdmin(ReadOnlyAdmin):
     @admin.display(description="status", ordering="status")
     def status_and_trigger(self, run: JobRun) -> SafeString:
         attempt = f", attempt {run.attempt}" if run.attempt > 1 else ""
+        if run.piece_count:  # a run split into pieces: how far they are
+            attempt += f", {progress_of(run)}"
         why = ""
         if run.status in NOT_RUN and run.reason:  # why its slot did not run, in the list
             why = run.reason if len(run.reason) <= 90 else run.reason[:89] + "…"
@@ -308,6 +317,7 @@ class JobRunAdmin(ReadOnlyAdmin):
         cancel = self.admin_site.admin_view(self.cancel_view)
         return [
             path("<int:pk>/cancel/", cancel, name="django_cluster_cron_run_cancel"),
+            *self.piece_urls(),
             *super().get_urls(),
         ]
 

@@ -14,6 +14,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.fields import empty
 
+from ..ledger.piece_runs import progress_of
 from ..models import (
     DEFINITION_FIELDS,
     JobChange,
@@ -241,6 +242,10 @@ def _ahead_due(job: JobDefinition) -> Any:
 class RunSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
     job_name = serializers.CharField(source="job.name", read_only=True)
     duration = serializers.SerializerMethodField(help_text="Seconds the body ran.")
+    progress = serializers.SerializerMethodField(
+        help_text="A run split into pieces: its pieces so far, e.g. '37/64 done, 2 failed' "
+        "(empty for a run without pieces)."
+    )
 
     class Meta:
         model = JobRun
@@ -267,6 +272,8 @@ class RunSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
             "backend_result_id",
             "cancel_requested_at",
             "cancel_requested_by",
+            "piece_count",
+            "progress",
             "reason",
             "result",
             "error",
@@ -277,6 +284,9 @@ class RunSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
 
     def get_duration(self, run: JobRun) -> float | None:
         return None if run.duration is None else run.duration.total_seconds()
+
+    def get_progress(self, run: JobRun) -> str:
+        return progress_of(run)
 
 
 class PauseSerializer(StrictBody):

@@ -1,7 +1,7 @@
 """The API's URLs: ``path("cron/api/", include("django_cluster_cron.api.urls"))``.
 
 jobs/, jobs/<id>/, jobs/<id>/{pause,resume,run,backfill,restore}/
-runs/, runs/<id>/, runs/<id>/{retry,cancel}/
+runs/, runs/<id>/, runs/<id>/{retry,cancel,retry-pieces}/, runs/<id>/pieces/
 preview/, health/
 schema/ (OpenAPI 3, YAML or ?format=json), docs/ (Swagger UI, served from the app: no CDN)
 """

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from .port import Dispatcher, Done, Preparation, Prepared, PublishFailed, Refusal, SendFailed
-from .send import Sent, mark_prepared_sent, prepare, publish_now, send_prepared
+from .send import Sent, mark_prepared_sent, prepare, publish_now, send_pieces, send_prepared
 
 __all__ = [
     "Dispatcher",
@@ -32,6 +32,7 @@ __all__ = [
     "mark_prepared_sent",
     "prepare",
     "publish_now",
+    "send_pieces",
     "send_prepared",
     "tasks_dispatcher",
     "terminate",

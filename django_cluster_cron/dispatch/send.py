@@ -22,7 +22,7 @@ from datetime import datetime
 
 from django.db import DatabaseError
 
-from ..ledger import transitions
+from ..ledger import piece_moves, transitions
 from ..ledger.fence import Fence
 from ..ledger.outbox import OutboxMessage, mark_published, mark_sent, note_enqueued_ahead
 from .port import Dispatcher, Done, Prepared, PublishFailed, Refusal, SendFailed
@@ -82,6 +82,27 @@ def publish_now(
     at = now() if callable(now) else now
     mark_published(sent.messages, now=at, fence=fence, node_id=node_id, not_before=not_before)
     return sent
+
+
+def send_pieces(dispatcher: Dispatcher, messages: Sequence[OutboxMessage]) -> Sent:
+    """Publish the messages of pieces, which the ledger marked sent before they go
+    (:mod:`~django_cluster_cron.ledger.pieces`: a sender that dies in between leaves them to
+    the leader's sweep); a piece whose task can never be enqueued fails. A broker failure is
+    returned, not raised (the sweep sends the rest)."""
+    if not messages:
+        return Sent([])
+    try:
+        published = dispatcher.publish(messages)
+        failure: BaseException | None = None
+    except PublishFailed as exc:
+        published, failure = exc.published, exc.cause
+    for refusal in published.refused:
+        logger.error("piece.unsendable task_id=%s error=%s", refusal.task_id, refusal.reason)
+        piece_moves.unrunnable_piece(refusal.task_id, refusal.attempt, refusal.reason)
+    if failure is not None:
+        logger.warning("pieces.publish_failed count=%s error=%s", len(messages), failure)
+    ids = set(published)
+    return Sent([m for m in messages if m.task_id in ids], failure)
 
 
 def prepare(dispatcher: Dispatcher, messages: Sequence[OutboxMessage]) -> list[Prepared]:

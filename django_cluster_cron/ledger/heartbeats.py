@@ -1,4 +1,5 @@
-"""A worker's heartbeat of its executing runs, and the channel that brings a cancel back.
+"""A worker's heartbeat of its executing runs (and pieces), and the channel that brings a cancel
+back.
 
 One statement per beat stamps ``heartbeat_at`` (database time) on every run the process is
 executing, matched by id and attempt while it is ``running`` or ``terminating`` — a run that
@@ -19,6 +20,7 @@ import sqlite3
 from collections.abc import Mapping
 
 from django.db import connections, router
+from django.db.models import Model
 
 from ..dbtime import DbNow
 from ..models import EXECUTING_STATUSES, JobRun
@@ -32,15 +34,15 @@ _SQLITE_RETURNING = sqlite3.sqlite_version_info >= (3, 35)
 class _Beat:
     """The beat's statements for one database alias (built once)."""
 
-    def __init__(self, using: str) -> None:
+    def __init__(self, using: str, model: type[Model]) -> None:
         connection = connections[using]
         quote = connection.ops.quote_name
         compiler = JobRun.objects.none().query.get_compiler(connection=connection)
         now, _ = compiler.compile(DbNow())
-        table = quote(JobRun._meta.db_table)
+        table = quote(model._meta.db_table)
 
         def column(name: str) -> str:
-            return quote(str(getattr(JobRun._meta.get_field(name), "column", name)))
+            return quote(str(getattr(model._meta.get_field(name), "column", name)))
 
         executing = ", ".join(f"'{status}'" for status in EXECUTING_STATUSES)
         self.returning = connection.vendor == "postgresql" or (
@@ -64,24 +66,25 @@ class _Beat:
         return f" AND ({' OR '.join([self.pair] * count)})"
 
 
-_beats: dict[tuple[str, str], _Beat] = {}
+_beats: dict[tuple[str, str, str], _Beat] = {}
 
 
 def _params(runs: Mapping[int, int]) -> list[int]:
     return [value for pair in runs.items() for value in pair]
 
 
-def stamp(runs: Mapping[int, int]) -> dict[int, str]:
+def stamp(runs: Mapping[int, int], model: type[Model] = JobRun) -> dict[int, str]:
     """Stamp the heartbeat of ``runs`` (run id -> attempt) still executing at that attempt;
-    return those whose cancel has been asked for, each with who asked."""
+    return those whose cancel has been asked for, each with who asked. ``model``: the rows'
+    (a run's pieces, :class:`~django_cluster_cron.models.JobPiece`, beat alike)."""
     if not runs:
         return {}
     using = router.db_for_write(JobRun)
     connection = connections[using]
-    key = (using, connection.vendor)
+    key = (using, connection.vendor, model._meta.label)
     beat = _beats.get(key)
     if beat is None:
-        beat = _beats[key] = _Beat(using)
+        beat = _beats[key] = _Beat(using, model)
     match, params = beat.match(len(runs)), _params(runs)
     with connection.cursor() as cursor:
         if beat.returning:

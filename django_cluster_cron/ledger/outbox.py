@@ -58,6 +58,9 @@ class OutboxMessage:
     # backend that can defer (django.tasks), and that is not recorded sent yet: the backend's
     # result id. Sending it again would only make a copy for the claim to drop.
     enqueued: str = ""
+    # A piece of the run (its index; the completion message's is -1), not the run itself: the
+    # piece's own task id and attempt (:mod:`.pieces`).
+    piece: int | None = None
 
     @property
     def due(self) -> datetime:

@@ -58,6 +58,15 @@ MOVES: tuple[Move, ...] = (
     Move((RUN, T), (RunStatus.CANCELLED,), "worker", "transitions.stopped"),
     # Asked to stop, it outlasted its job's cancel grace: stopped in its worker.
     Move((RUN,), (T,), "leader", "transitions.terminating"),
+    # Split into pieces: closed once none is open, by the worker of its last piece or the
+    # leader's sweep; re-opened when an operator sends its failed pieces again.
+    Move(
+        (RUN,),
+        (RunStatus.SUCCESS, RunStatus.FAILED, RunStatus.CANCELLED),
+        "worker, leader",
+        "piece_runs.close_run",
+    ),
+    Move((RunStatus.SUCCESS, RunStatus.FAILED), (RUN,), "operator", "piece_moves.reopen_run"),
     # Its worker stopped heartbeating: retried or failed, but a run asked to stop is cancelled.
     Move((RUN,), (R, RunStatus.FAILED), "leader", "transitions.lost"),
     Move((RUN, T), (RunStatus.CANCELLED,), "leader", "transitions.lost"),

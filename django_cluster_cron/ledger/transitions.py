@@ -230,6 +230,7 @@ def terminating(*, now: datetime, fence: Fence, limit: int) -> list[JobRun]:
                 status=RunStatus.RUNNING,
                 cancel_requested_at__isnull=False,
                 worker_pool__in=TERMINABLE_POOLS,
+                piece_count=0,  # a run split into pieces stops through them
             )
             .order_by("cancel_requested_at")[:limit]
         )

@@ -1,5 +1,6 @@
 """The app's tables: jobs (:mod:`.jobs`; what a save of one does around writing its row in
-:mod:`.job_saving`, its validation in :mod:`.job_rules`), their runs (:mod:`.runs`), what changed
+:mod:`.job_saving`, its validation in :mod:`.job_rules`, its pieces' settings in
+:mod:`.pieces`), their runs (:mod:`.runs`) and a run's pieces (:mod:`.pieces`), what changed
 jobs (:mod:`.changes`) and what the scheduler nodes coordinate through (:mod:`.cluster`); the
 choices of a job's policies (:mod:`.choices`), the named groups of its fields (:mod:`.fields`) and
 the help texts of those whose meaning depends on the task's execution system (:mod:`.helptexts`).
@@ -28,6 +29,17 @@ from .fields import (
     SCHEDULE_FIELDS,
 )
 from .jobs import JobDefinition, JobQuerySet, LiveJobManager
+from .pieces import (
+    CLAIMABLE_PIECE_STATUSES,
+    COMPLETION,
+    FINAL_PIECE_STATUSES,
+    IN_FLIGHT_PIECE_STATUSES,
+    MAX_PIECES,
+    OPEN_PIECE_STATUSES,
+    JobPiece,
+    PieceStatus,
+    PieceSuccess,
+)
 from .runs import (
     ACTIVE_STATUSES,
     EXECUTING_STATUSES,
@@ -35,6 +47,7 @@ from .runs import (
     SCHEDULED_TRIGGERS,
     WAITING_STATUSES,
     JobRun,
+    PieceInfo,
     RunCancelled,
     RunStatus,
     RunTrigger,
@@ -45,10 +58,16 @@ __all__ = [
     "AHEAD_FIELDS",
     "AUDITED_FIELDS",
     "BOOKKEEPING_FIELDS",
+    "CLAIMABLE_PIECE_STATUSES",
     "CLUSTER_FIELDS",
+    "COMPLETION",
     "DEFINITION_FIELDS",
     "EXECUTING_STATUSES",
+    "FINAL_PIECE_STATUSES",
     "FINAL_STATUSES",
+    "IN_FLIGHT_PIECE_STATUSES",
+    "MAX_PIECES",
+    "OPEN_PIECE_STATUSES",
     "SCHEDULED_TRIGGERS",
     "SCHEDULE_FIELDS",
     "WAITING_STATUSES",
@@ -57,12 +76,16 @@ __all__ = [
     "ClusterStatus",
     "JobChange",
     "JobDefinition",
+    "JobPiece",
     "JobQuerySet",
     "JobRun",
     "JobSync",
     "LiveJobManager",
     "NodeReport",
     "OverlapPolicy",
+    "PieceInfo",
+    "PieceStatus",
+    "PieceSuccess",
     "RunCancelled",
     "RunStatus",
     "RunTrigger",

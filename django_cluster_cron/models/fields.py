@@ -34,6 +34,14 @@ DEFINITION_FIELDS = (
     "max_runs",
     "jitter",
     "pause_after_failures",
+    "pieces",
+    "pieces_planner",
+    "max_failed_pieces",
+    "max_parallel_pieces",
+    "pieces_success",
+    "pieces_success_count",
+    "pieces_required",
+    "on_complete",
 )
 # What a change is recorded for; bookkeeping (next_run_at, the watermark, counters) is not.
 AUDITED_FIELDS = ("name", "enabled", "pause_note", *DEFINITION_FIELDS, "deleted_at")

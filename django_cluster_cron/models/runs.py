@@ -7,8 +7,9 @@ is the table, its statuses and the groups of statuses the rest of the app reason
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from datetime import datetime
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from django.db import models
 
@@ -52,10 +53,13 @@ class RunStatus(models.TextChoices):
         running     → missed             worker            transitions.missed
         running     → cancelled          worker            transitions.stopped
         running     → terminating        leader            transitions.terminating
+        running     → success, failed, cancelledworker, leader    piece_runs.close_run
         running     → retrying, failed   leader            transitions.lost
         running     → cancelled          leader            transitions.lost
         running     → cancelled, missed  execution system  transitions.discarded
         running     → uncertain          leader            uncertain.settle_uncertain
+        success     → running            operator          piece_moves.reopen_run
+        failed      → running            operator          piece_moves.reopen_run
         failed      → pending            operator          transitions.retried
         retrying    → cancelled          leader, operator  buffer.preempt
         retrying    → running            worker            statements.claim_run
@@ -69,8 +73,10 @@ class RunStatus(models.TextChoices):
         terminating → uncertain          leader            uncertain.settle_uncertain
 
     ``success``, ``skipped``, ``missed``, ``cancelled`` and ``uncertain`` are final; ``failed``
-    is final unless an operator retries it. ``terminating`` is a run whose cancel outlasted its
-    grace, being stopped in its worker; ``buffered`` one held back by its job's overlap policy.
+    is final unless an operator retries it (a run split into pieces, ``failed`` or ``success``,
+    goes back to ``running`` when an operator sends its failed pieces again). ``terminating``
+    is a run whose cancel outlasted its grace, being stopped in its worker; ``buffered`` one
+    held back by its job's overlap policy.
     """
 
     PENDING = "pending"
@@ -149,6 +155,17 @@ class JobRunManager(models.Manager["JobRun"]):
                 "runs.withdrawn job=%s count=%s after=%s", job_id, deleted, after.isoformat()
             )
         return int(deleted)
+
+
+@dataclass(frozen=True)
+class PieceInfo:
+    """The piece a body executes: its index (from 0), its planner's key (None for a fixed
+    count), how many pieces its run has, and the piece's attempt (a retried piece: 2 and up)."""
+
+    index: int
+    key: Any
+    count: int
+    attempt: int = 1
 
 
 class RunCancelled(Exception):
@@ -245,6 +262,11 @@ class JobRun(models.Model):
         db_default="",  # rows an earlier release's node inserts during a rolling upgrade
         help_text="Who asked for the cancel: a user, or the job's overlap policy.",
     )
+    piece_count = models.PositiveIntegerField(
+        default=0,
+        db_default=0,  # rows an earlier release's node inserts during a rolling upgrade
+        help_text="How many pieces the run was split into (0: none); its status follows theirs.",
+    )
     result = models.TextField(blank=True, help_text="Short repr of the task's return value.")
     error = models.TextField(blank=True)
     traceback = models.TextField(blank=True)
@@ -252,6 +274,9 @@ class JobRun(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     objects = JobRunManager()
+
+    # Inside a piece's body (``current_run()``): which piece of the run it is (else None).
+    piece: PieceInfo | None = None
 
     class Meta:
         verbose_name = "run"

@@ -12,6 +12,10 @@
 * **Buffers** (every heartbeat interval) — a job's oldest held-back run (``buffered``) is sent
   once nothing of the job runs ahead of it; held-back runs past the catch-up window are
   ``missed``, those of a paused job ``skipped``; the depths go to the buffer gauge.
+* **Pieces** — a run split into pieces: a piece whose worker stopped heartbeating is retried or
+  failed like a run; a piece sent and not taken by its ``republish_at`` is sent again; and each
+  run not closed is settled (the next pieces within its parallel cap, or closed when all have
+  ended, its completion message sent once), should the worker of its last piece have died first.
 * **Cancels past their grace** (every heartbeat interval) — a run asked to stop that still runs
   ``cancel_grace`` after the request, on a pool that can terminate it, becomes ``terminating``
   and its worker is asked to stop it with SIGTERM (Celery's ``revoke(terminate=True)``); one
@@ -28,10 +32,11 @@ from datetime import datetime, timedelta
 
 from .. import signals
 from ..conf import app_settings
-from ..dispatch import terminate
-from ..ledger import buffer, failures, outbox, transitions
+from ..dispatch import send_pieces, terminate
+from ..ledger import buffer, failures, outbox, piece_moves, piece_runs, pieces, transitions
 from ..ledger.outbox import OutboxMessage
-from ..models import JobRun, RunStatus
+from ..ledger.pieces import piece_message
+from ..models import JobRun, PieceStatus, RunStatus
 from ..ops import metrics
 from .leadership import Term
 from .publishing import Publisher
@@ -68,6 +73,7 @@ class Sweeps:
         if time.monotonic() >= self.due_at:
             self.recover_lost()
             self.republish_stale()
+            self.pieces()
             self.due_at = time.monotonic() + self.interval
         if time.monotonic() >= self.cancels_due_at:
             self.stop_overdue()
@@ -145,6 +151,33 @@ class Sweeps:
                 signals.send(signals.run_failed, item.run, error=None)
                 failures.note_failure(item.run.job)
         self.publisher.publish([OutboxMessage.for_run(item.run) for item in lost if item.retried])
+
+    def pieces(self) -> None:
+        """Runs split into pieces: silent pieces retried or failed, pieces whose message may be
+        lost sent again, and every run not closed settled (the backstop of the workers' own
+        settle: the next pieces released, a run whose pieces all ended closed)."""
+        fence = self.term.fence
+        assert fence is not None
+        now, dispatcher = self.clock(), self.publisher.dispatcher
+        lost = piece_moves.lost_pieces(
+            now=now, lost_after=self.lost_after, fence=fence, limit=self.batch_size
+        )
+        for piece in lost:
+            logger.warning(
+                "piece.lost run=%s piece=%s status=%s", piece.run_id, piece.index, piece.status
+            )
+        retried = [p for p in lost if p.status == PieceStatus.RETRYING]
+        resend = pieces.stale(now=now, fence=fence, limit=self.batch_size)
+        if resend:
+            logger.warning("pieces.republish count=%s", len(resend))
+        send_pieces(dispatcher, [piece_message(p.run, p) for p in retried] + resend)
+        for run_id in piece_moves.open_runs():
+            settled = piece_runs.settle(run_id)
+            if settled.send and settled.run is not None:
+                send_pieces(dispatcher, [piece_message(settled.run, p) for p in settled.send])
+            if settled.closed is not None and settled.run is not None:
+                logger.info("run.closed run=%s status=%s", run_id, settled.closed)
+                piece_runs.note_closed(settled.run, settled.closed)
 
     def republish_stale(self) -> None:
         now = self.clock()

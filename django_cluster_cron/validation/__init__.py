@@ -26,6 +26,8 @@ from ..core.exclusions import ExcludingSchedule, parse_exclusions
 from ..core.kinds import Schedule
 from ..core.overlap import OverlapPolicy
 from ..core.schedules import validate_schedule, validate_timezone
+from .jsontypes import json_type
+from .pieces import piece_errors
 from .task import allowlist_reason, clean_task_name, task_errors
 
 __all__ = [  # what the rest of the app and its tests import from here
@@ -112,7 +114,7 @@ def _json_size(value: object) -> int:
 def clean_args(value: object) -> None:
     if not isinstance(value, list):
         raise ValidationError(
-            f'Arguments must be a JSON list such as [1, "a"], not a JSON {_json_type(value)}.',
+            f'Arguments must be a JSON list such as [1, "a"], not a JSON {json_type(value)}.',
             code="invalid_args",
         )
     _check_size("Arguments", value)
@@ -122,7 +124,7 @@ def clean_kwargs(value: object) -> None:
     if not isinstance(value, Mapping):
         raise ValidationError(
             'Keyword arguments must be a JSON object such as {"key": 1}, not a JSON '
-            f"{_json_type(value)}.",
+            f"{json_type(value)}.",
             code="invalid_kwargs",
         )
     for key in value:
@@ -211,20 +213,6 @@ def _unstorable(char: str) -> str:
 def _shown_key(key: object) -> str:
     text = json.dumps(key, ensure_ascii=True, default=str)
     return text if len(text) <= 40 else text[:39] + "…"
-
-
-def _json_type(value: object) -> str:
-    """What JSON calls the value's type (a form's parsed string is a ``str`` subclass)."""
-    if isinstance(value, Mapping):
-        return "object"
-    if isinstance(value, list | tuple):
-        return "list"
-    if value is None:
-        return "null"
-    for kind, name in ((bool, "boolean"), (str, "string"), (int | float, "number")):
-        if isinstance(value, kind):
-            return name
-    return type(value).__name__
 
 
 def clean_queue(value: str) -> None:
@@ -351,6 +339,9 @@ def definition_errors(job: Any, now: datetime) -> dict[str, list[ValidationError
         errors.setdefault("retry_backoff_max", []).append(
             ValidationError("The maximum backoff must not be below the first backoff.")
         )
+    for field, found in piece_errors(job).items():
+        if field not in errors:
+            errors.setdefault(field, []).extend(found)
     return errors
 
 

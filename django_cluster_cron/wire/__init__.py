@@ -13,7 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["RunRef", "is_id", "run_ref"]
+__all__ = ["RunRef", "is_id", "piece_index", "run_ref"]
+
+# The indexes a piece's message may name: -1 (the completion message) up to the cap.
+PIECE_INDEXES = range(-1, 10_000)
 
 
 def is_id(value: object) -> bool:
@@ -39,3 +42,10 @@ def run_ref(run_id: object, attempt: object, task_id: object) -> RunRef | None:
     assert isinstance(run_id, int)
     assert isinstance(attempt, int)
     return RunRef(run_id, attempt, task_id)
+
+
+def piece_index(value: object) -> int | None:
+    """The piece a message names (its index), or None when it names none well formed."""
+    if isinstance(value, int) and not isinstance(value, bool) and value in PIECE_INDEXES:
+        return value
+    return None

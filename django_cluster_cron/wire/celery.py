@@ -18,6 +18,7 @@ __all__ = [
     "ATTEMPT_HEADER",
     "EXECUTE_TASK",
     "HEADER_PREFIX",
+    "PIECE_HEADER",
     "RUN_HEADER",
     "TRACE_HEADER",
     "execute_ref",
@@ -39,6 +40,9 @@ SLOT_HEADER = "cluster_cron_slot"
 ATTEMPT_HEADER = "cluster_cron_attempt"
 EPOCH_HEADER = "cluster_cron_epoch"
 TRIGGER_HEADER = "cluster_cron_trigger"
+# A piece of the run (its index; -1: the run's completion message): the task id and attempt are
+# the piece's own.
+PIECE_HEADER = "cluster_cron_piece"
 # The leader's dispatch span (a W3C traceparent), its own header so that Celery's
 # instrumentation, which owns ``traceparent``, does not overwrite it.
 TRACE_HEADER = "cluster_cron_trace"
@@ -57,6 +61,8 @@ def headers_for(message: OutboxMessage) -> dict[str, Any]:
     }
     if message.trace:
         headers[TRACE_HEADER] = message.trace
+    if message.piece is not None:
+        headers[PIECE_HEADER] = message.piece
     return headers
 
 

@@ -3,7 +3,8 @@
 Every run of a job whose task is a ``django.tasks`` task is enqueued as :data:`WRAPPERS`' task of
 that task's framework, with keyword arguments naming the run (``run``, ``attempt``,
 ``task_id``) and, for the backend's own tools, the job, its task and the slot; ``expires`` when
-the job has one, ``trace`` when tracing is on. The job's arguments are not copied: the worker
+the job has one, ``trace`` when tracing is on, ``piece`` for a piece of the run (its index; the
+task id and attempt are then the piece's). The job's arguments are not copied: the worker
 reads them from the job's row.
 """
 
@@ -40,6 +41,8 @@ def wrapper_kwargs(message: OutboxMessage) -> dict[str, Any]:
         kwargs["expires"] = message.expires.isoformat()
     if message.trace:
         kwargs["trace"] = message.trace
+    if message.piece is not None:
+        kwargs["piece"] = message.piece
     return kwargs
 
 

@@ -7,6 +7,6 @@ Inside a job's task, :func:`current_run` gives the :class:`~django_cluster_cron.
 being executed.
 """
 
-from .run import current_run
+from .current import current_run
 
 __all__ = ["current_run"]

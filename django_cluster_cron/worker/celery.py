@@ -51,10 +51,11 @@ from ..ledger import transitions
 from ..ledger.outbox import OutboxMessage
 from ..models import RunStatus
 from ..ops import metrics
-from ..wire import RunRef
+from ..wire import RunRef, piece_index
 from ..wire.celery import (
     EXECUTE_TASK,
     HEADER_PREFIX,
+    PIECE_HEADER,
     TRACE_HEADER,
     execute_ref,
     header,
@@ -64,6 +65,7 @@ from ..wire.celery import (
 )
 from .claim import QUICK_BUDGET, with_fresh_connection, worker_name
 from .outcome import Delivery, Ending, Outcome, failure
+from .pieces import carry_out_piece, take_piece
 from .record import OUTCOMES
 from .run import carry_out, take
 
@@ -157,7 +159,7 @@ def _end(task: Any, run: Any, outcome: Outcome, status: str | None) -> Any:
     """End as Celery should see the run's outcome (see the module)."""
     if status == RunStatus.CANCELLED:
         _cancelled(task, run)
-    if outcome.ending is Ending.SUCCESS:
+    if outcome.ending in (Ending.SUCCESS, Ending.SPLIT):
         return outcome.result
     if not outcome.body_ran:
         raise Ignore(outcome.reason)
@@ -188,9 +190,13 @@ def run_delivered(task: Any, body: Callable[[], Any]) -> Any:
     and end as Celery should see it."""
     request = task.request
     ref = headers_ref(request, request.id)
-    if ref is None:
+    named_piece = header(request, PIECE_HEADER)
+    index = piece_index(named_piece)
+    if ref is None or (named_piece is not None and index is None):
         _rejected(task, named_in_headers(request))
         raise Ignore("not a message of a run: its run headers are malformed")
+    if index is not None:
+        return _piece_delivered(task, body, ref, index)
     run = take(ref, pool=_pool[0])
     if run is None:
         raise Ignore(f"run {ref.run_id}: another delivery of this message has the run")
@@ -201,6 +207,21 @@ def run_delivered(task: Any, body: Callable[[], Any]) -> Any:
     finally:
         _running.reset(token)
     return _end(task, run, outcome, status)
+
+
+def _piece_delivered(task: Any, body: Callable[[], Any], ref: RunRef, index: int) -> Any:
+    """A piece's message (the job's own task, or the completion task): take the piece, carry
+    it out, record it, and end as Celery should see it, as a run does."""
+    piece = take_piece(ref, index, pool=_pool[0])
+    if piece is None:
+        raise Ignore(f"run {ref.run_id} piece {index}: another delivery has it")
+    _keep_headers_on_copies(task.request)
+    token = _running.set(str(task.request.id))
+    try:
+        outcome, status = carry_out_piece(delivery(task), piece, body)
+    finally:
+        _running.reset(token)
+    return _end(task, piece, outcome, status)
 
 
 def execute(task: Any, ref: RunRef | None, named: object) -> None:

@@ -39,10 +39,12 @@ from ..djtasks_app import framework_of, resolve_task
 from ..ledger import transitions
 from ..ledger.outbox import OutboxMessage
 from ..ledger.statements import use_own_connection
-from ..models import JobRun, RunCancelled, RunStatus
+from ..models import COMPLETION, JobRun, RunCancelled, RunStatus
+from ..wire import RunRef, piece_index
 from ..wire.djtasks import WRAPPERS, expires_of, kwargs_ref, wrapper_kwargs
 from .claim import with_fresh_connection, worker_name
 from .outcome import Delivery, Ending, Outcome
+from .pieces import carry_out_piece, take_piece
 from .record import partial_outcome
 from .run import carry_out, take
 
@@ -111,7 +113,7 @@ def _end(outcome: Outcome, status: str | None) -> Any:
         # django.tasks has no cancelled state: the attempt fails with RunCancelled, saying
         # what the body had done (the ledger says cancelled).
         raise RunCancelled(partial_outcome(outcome))
-    if outcome.ending is Ending.SUCCESS:
+    if outcome.ending in (Ending.SUCCESS, Ending.SPLIT):
         return _returnable(outcome.result)
     if not outcome.body_ran:
         return {NOT_RUN: outcome.reason}
@@ -139,24 +141,55 @@ def _run(context: Any, named: Mapping[str, Any]) -> Any:
         if status is not None:
             logger.warning("run.expired run=%s task_id=%s", ref.run_id, ref.task_id)
         return {NOT_RUN: "its message expired before a worker took it (the job's expires)"}
+    if "piece" in named:
+        return _piece(context, named, ref)
     result_id = str(getattr(context.task_result, "id", "") or "")[:64]
     claimed = take(ref, result_id, pool="django.tasks")
     if claimed is None:
         return {NOT_RUN: f"run {ref.run_id}: another delivery has it, or it no longer waits"}
     job = claimed.job
+    outcome, status = carry_out(
+        _delivery(named), claimed, _caller(context, job.task, job.args, job.kwargs)
+    )
+    return _end(outcome, status)
 
-    def call() -> Any:
-        body = resolve_task(job.task)
-        if body is None:
-            raise LookupError(f"{job.task!r} is not a django.tasks task on worker {worker_name()}")
-        if body.takes_context:
-            return body.call(context, *job.args, **job.kwargs)
-        return body.call(*job.args, **job.kwargs)
 
-    delivery = Delivery(
+def _delivery(named: Mapping[str, Any]) -> Delivery:
+    return Delivery(
         dispatcher=tasks_dispatcher, traceparent=named.get("trace"), terminating=_stopping_check()
     )
-    outcome, status = carry_out(delivery, claimed, call)
+
+
+def _caller(context: Any, task: str, args: Any, kwargs: Any) -> Callable[[], Any]:
+    """The body: ``task``'s function, called here with ``args`` and ``kwargs`` (and the
+    wrapper's context, for a task that takes one)."""
+
+    def call() -> Any:
+        body = resolve_task(task)
+        if body is None:
+            raise LookupError(f"{task!r} is not a django.tasks task on worker {worker_name()}")
+        if body.takes_context:
+            return body.call(context, *args, **kwargs)
+        return body.call(*args, **kwargs)
+
+    return call
+
+
+def _piece(context: Any, named: Mapping[str, Any], ref: RunRef) -> Any:
+    """A piece's message: take the piece, run the job's task (the completion message: its
+    ``on_complete`` task with the summary), record, end as a run does."""
+    index = piece_index(named.get("piece"))
+    if index is None:
+        return {NOT_RUN: "not a piece's message: its piece is malformed"}
+    piece = take_piece(ref, index, pool="django.tasks")
+    if piece is None:
+        return {NOT_RUN: f"run {ref.run_id} piece {index}: another delivery has it"}
+    job = piece.run.job
+    if index == COMPLETION:
+        call = _caller(context, job.on_complete, (), {"summary": piece.key})
+    else:
+        call = _caller(context, job.task, job.args, job.kwargs)
+    outcome, status = carry_out_piece(_delivery(named), piece, call)
     return _end(outcome, status)
 
 

@@ -35,7 +35,7 @@ from django.utils import timezone
 
 from ..conf import app_settings
 from ..ledger.heartbeats import stamp
-from ..models import JobRun, RunCancelled
+from ..models import JobPiece, JobRun, RunCancelled
 
 __all__ = ["RunHeartbeat", "beating", "call_beating"]
 
@@ -64,12 +64,23 @@ def _raise_in(thread: int, exc: type[BaseException] | None) -> None:
 @dataclasses.dataclass
 class _Beating:
     """A run this process executes: its row's instance (the body's ``current_run()``), the
-    thread its body runs in, and whether a cancel raises there (and was raised)."""
+    thread its body runs in, and whether a cancel raises there (and was raised); for a piece of
+    the run, the piece's row (what is stamped) is ``piece``."""
 
     run: JobRun
     thread: int
     interrupts: bool
     interrupted: bool = False
+    piece: JobPiece | None = None
+
+    @property
+    def key(self) -> tuple[bool, int]:
+        """(a piece?, the stamped row's id)."""
+        return (True, self.piece.pk) if self.piece is not None else (False, self.run.pk)
+
+    @property
+    def attempt(self) -> int:
+        return self.piece.attempt if self.piece is not None else self.run.attempt
 
 
 class _Beater:
@@ -77,7 +88,7 @@ class _Beater:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._runs: dict[int, _Beating] = {}
+        self._runs: dict[tuple[bool, int], _Beating] = {}
         self._pid = 0
         self._nudge = threading.Condition(self._lock)
         self._waiting_for = 0.0
@@ -92,22 +103,22 @@ class _Beater:
                     target=self._loop, name="cluster-cron-heartbeat", daemon=True
                 )
                 self._thread.start()
-            self._runs[beating.run.pk] = beating
+            self._runs[beating.key] = beating
             if self._waiting_for > app_settings.RUN_HEARTBEAT_INTERVAL:
                 # The interval was shortened (settings changed while it slept): wait anew.
                 self._nudge.notify()
 
-    def remove(self, run_id: int) -> None:
-        """Stop beating for the run; a cancel raised for it and not yet raised is taken back
-        (after this, nothing is raised in its thread)."""
+    def remove(self, key: tuple[bool, int]) -> None:
+        """Stop beating for the run (or piece: ``key``); a cancel raised for it and not yet
+        raised is taken back (after this, nothing is raised in its thread)."""
         with self._lock:
-            beating = self._runs.pop(run_id, None)
+            beating = self._runs.pop(key, None)
             if beating is not None and beating.interrupted:
                 _raise_in(beating.thread, None)
 
-    def running(self) -> dict[int, int]:
+    def running(self) -> dict[tuple[bool, int], int]:
         with self._lock:
-            return {run_id: beating.run.attempt for run_id, beating in self._runs.items()}
+            return {key: beating.attempt for key, beating in self._runs.items()}
 
     def _loop(self) -> None:
         try:
@@ -117,7 +128,7 @@ class _Beater:
                     self._waiting_for = interval
                     nudged = self._nudge.wait(interval)
                     self._waiting_for = 0.0
-                    runs = {run_id: b.run.attempt for run_id, b in self._runs.items()}
+                    runs = {key: b.attempt for key, b in self._runs.items()}
                 if nudged:
                     continue
                 if runs:
@@ -127,9 +138,12 @@ class _Beater:
         finally:
             connection.close()
 
-    def _beat(self, runs: dict[int, int]) -> None:
+    def _beat(self, beating: dict[tuple[bool, int], int]) -> None:
+        runs = {row: attempt for (piece, row), attempt in beating.items() if not piece}
+        pieces = {row: attempt for (piece, row), attempt in beating.items() if piece}
         try:
-            asked = stamp(runs)
+            asked = {(False, row): by for row, by in stamp(runs).items()}
+            asked.update({(True, row): by for row, by in stamp(pieces, JobPiece).items()})
         except Exception as exc:  # the database may be briefly away: try next beat
             logger.warning("run.heartbeat_failed runs=%s error=%s", sorted(runs), exc)
             # A broken connection stays broken in this thread (nothing else recycles it): drop
@@ -139,19 +153,19 @@ class _Beater:
         if asked:
             self._deliver(asked)
 
-    def _deliver(self, asked: dict[int, str]) -> None:
+    def _deliver(self, asked: dict[tuple[bool, int], str]) -> None:
         """Bring the cancels asked for to the bodies still running here."""
         green = _green_threads()
         with self._lock:
-            for run_id, by in asked.items():
-                beating = self._runs.get(run_id)
+            for key, by in asked.items():
+                beating = self._runs.get(key)
                 if beating is None or beating.interrupted:
                     continue
                 run = beating.run
                 if run.cancel_requested_at is None:
                     run.cancel_requested_at = timezone.now()
                     run.cancel_requested_by = by
-                    logger.warning("run.cancel_seen run=%s by=%s", run_id, by)
+                    logger.warning("run.cancel_seen run=%s by=%s", run.pk, by)
                 if beating.interrupts and not green:
                     beating.interrupted = True
                     _raise_in(beating.thread, RunCancelled)
@@ -161,29 +175,36 @@ _beater = _Beater()
 
 
 def beating() -> dict[int, int]:
-    """The runs this process is stamping now (run id -> attempt)."""
-    return _beater.running()
+    """The runs this process is stamping now (run id -> attempt; pieces aside)."""
+    return {row: attempt for (piece, row), attempt in _beater.running().items() if not piece}
 
 
 class RunHeartbeat:
     """Keeps one run's ``heartbeat_at`` moving between :meth:`start` and :meth:`stop`, and
     brings it its cancel (raised in the thread that called :meth:`start` if ``interrupts``)."""
 
-    def __init__(self, run: JobRun, *, interrupts: bool = False) -> None:
+    def __init__(
+        self, run: JobRun, *, interrupts: bool = False, piece: JobPiece | None = None
+    ) -> None:
+        self.beating = _Beating(run, 0, interrupts, piece=piece)
         self.run = run
         self.interrupts = interrupts
 
     def start(self) -> None:
-        _beater.add(_Beating(self.run, threading.get_ident(), self.interrupts))
+        self.beating.thread = threading.get_ident()
+        _beater.add(self.beating)
 
     def stop(self) -> None:
-        _beater.remove(self.run.pk)
+        _beater.remove(self.beating.key)
 
 
-def call_beating(run: JobRun, call: Callable[[], T], *, interrupts: bool = False) -> T:
-    """``call()`` (a run's body) while the heartbeat stamps ``run``; a cancel raised in the body
-    by the heartbeat is raised there or not at all (never after this returns)."""
-    heartbeat = RunHeartbeat(run, interrupts=interrupts)
+def call_beating(
+    run: JobRun, call: Callable[[], T], *, interrupts: bool = False, piece: JobPiece | None = None
+) -> T:
+    """``call()`` (a run's body, or ``piece``'s of it) while the heartbeat stamps its row; a
+    cancel raised in the body by the heartbeat is raised there or not at all (never after this
+    returns)."""
+    heartbeat = RunHeartbeat(run, interrupts=interrupts, piece=piece)
     heartbeat.start()
     try:
         return call()

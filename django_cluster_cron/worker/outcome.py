@@ -24,6 +24,7 @@ class Ending(enum.Enum):
     SKIPPED = "skipped"  # refused (overlap policy) or the task chose not to work: no body
     MISSED = "missed"  # found too late for its job's catch-up policy: the body did not run
     CANCELLED = "cancelled"  # the body stopped for the cancel asked for (RunCancelled)
+    SPLIT = "split"  # split into pieces instead of running the body: they carry the run now
 
 
 @dataclasses.dataclass

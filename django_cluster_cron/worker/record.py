@@ -62,10 +62,10 @@ def _record_once(delivery: Delivery, run: JobRun, timer: RunTimer, outcome: Outc
     ending = outcome.ending
     if ending is Ending.FAILURE and run.attempt > run.job.max_retries:
         ending = Ending.FINAL
-    if run.cancel_requested:  # the heartbeat brought a cancel: whatever the body did after it
-        ending = Ending.CANCELLED
+    if run.cancel_requested and ending is not Ending.SPLIT:
+        ending = Ending.CANCELLED  # the heartbeat brought a cancel: whatever the body did after
     status = WRITES[ending](delivery, run, timer, outcome)
-    if status is None and ending is not Ending.CANCELLED:
+    if status is None and ending not in (Ending.CANCELLED, Ending.SPLIT):
         # Not written: a cancel reached the row since the last heartbeat (the run is then
         # cancelled whatever it did), or the run was declared lost meanwhile (then neither is).
         status = _stop(delivery, run, timer, outcome)
@@ -90,7 +90,9 @@ def _counted(run: JobRun, label: str = "") -> None:
 
 
 def _succeed(delivery: Delivery, run: JobRun, timer: RunTimer, outcome: Outcome) -> str | None:
-    if not transitions.succeeded(run, result=_short(outcome.result), duration=timer.elapsed()):
+    if not transitions.succeeded(
+        run, result=short_result(outcome.result), duration=timer.elapsed()
+    ):
         return None
     _counted(run)
     logger.info("run.succeeded run=%s job=%s attempt=%s", run.pk, run.job_id, run.attempt)
@@ -187,7 +189,7 @@ def partial_outcome(outcome: Outcome) -> str:
     if ending is Ending.CANCELLED:
         return f"cancelled while running: the body stopped ({error_text(outcome)})"
     if ending is Ending.SUCCESS:
-        return f"cancelled while running: the body returned {_short(outcome.result)}"
+        return f"cancelled while running: the body returned {short_result(outcome.result)}"
     if not outcome.body_ran:
         return f"cancelled before its body ran: {outcome.reason}"
     return f"cancelled while running: the body failed ({error_text(outcome)})"
@@ -217,6 +219,15 @@ def _stop(delivery: Delivery, run: JobRun, timer: RunTimer, outcome: Outcome) ->
     return RunStatus.CANCELLED
 
 
+def _split(delivery: Delivery, run: JobRun, timer: RunTimer, outcome: Outcome) -> str | None:
+    """Split into pieces (written by the split itself): the run goes on ``running``; None when
+    the split found the run no longer this attempt's (declared lost meanwhile)."""
+    if not run.piece_count:
+        return None
+    logger.info("run.split run=%s job=%s pieces=%s", run.pk, run.job_id, run.piece_count)
+    return RunStatus.RUNNING
+
+
 # Which ledger write each ending makes (a failure becomes FINAL once the job's retries are
 # spent).
 WRITES: dict[Ending, Callable[[Delivery, JobRun, RunTimer, Outcome], str | None]] = {
@@ -226,10 +237,11 @@ WRITES: dict[Ending, Callable[[Delivery, JobRun, RunTimer, Outcome], str | None]
     Ending.SKIPPED: _skip,
     Ending.MISSED: _miss,
     Ending.CANCELLED: _stop,
+    Ending.SPLIT: _split,
 }
 
 
-def _short(result: Any) -> str:
+def short_result(result: Any) -> str:
     """The result as the ledger keeps it: its repr, with secret-looking values of a dict or
     list masked as the admin masks arguments (a task returning its kwargs shows them)."""
     text = repr(redact(result))

@@ -19,7 +19,6 @@ exceptions read as outcomes (its exception ladder).
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import time
 from collections.abc import Callable
@@ -34,25 +33,14 @@ from ..models import JobRun, RunCancelled
 from ..ops import metrics, tracing
 from ..wire import RunRef
 from .claim import EarlyMessage, claim, count_duplicate, new_token, through_switchover
+from .current import running_as
 from .heartbeat import call_beating
 from .outcome import Delivery, Ending, Outcome, RunTimer, failure
 from .overlap import SkipRun, overlap_gate, release_next, release_quietly
+from .pieces import split_run
 from .record import record
 
 logger = logging.getLogger("django_cluster_cron.worker")
-
-_current_run: contextvars.ContextVar[JobRun | None] = contextvars.ContextVar(
-    "cluster_cron_current_run", default=None
-)
-
-
-def current_run() -> JobRun | None:
-    """The run being executed, inside a job's task body (``None`` elsewhere).
-
-    Lets a task know which slot and attempt it runs for, e.g. to make its side effects
-    idempotent per slot: ``run = current_run(); key = (run.job_id, run.scheduled_for)``.
-    """
-    return _current_run.get()
 
 
 def take(ref: RunRef, result_id: str = "", pool: str = "") -> JobRun | None:
@@ -132,15 +120,16 @@ def _guarded(delivery: Delivery, run: JobRun, call: Callable[[], Any]) -> Outcom
     except LockUnavailable as exc:
         return Outcome(Ending.FAILURE, error=exc, trace=f"overlap lock unavailable: {exc}")
     signals.send(signals.run_started, run)
-    token = _current_run.set(run)
     try:
-        result = call_beating(run, call, interrupts=job.cancel_interrupts)
+        if job.has_pieces:  # its pieces run the body, on whichever workers take them
+            return split_run(delivery, run)
+        with running_as(run):
+            result = call_beating(run, call, interrupts=job.cancel_interrupts)
     except RunCancelled as exc:
         return failure(exc, Ending.CANCELLED)
     except Exception as exc:
         return delivery.judge(exc) or failure(exc)
     finally:
-        _current_run.reset(token)
         if gate is not None:
             release_quietly(gate)
     return Outcome(Ending.SUCCESS, result=result)

@@ -39,6 +39,14 @@ VALID = {
     "max_runs": "",
     "jitter": "0",
     "pause_after_failures": "",
+    "pieces": "",
+    "pieces_planner": "",
+    "max_failed_pieces": "0",
+    "max_parallel_pieces": "",
+    "pieces_success": "all",
+    "pieces_success_count": "",
+    "pieces_required": "[]",
+    "on_complete": "",
 }
 
 

@@ -56,6 +56,10 @@ def _status_writes() -> set[tuple[str, str]]:
 
 
 def _writes_status(node: ast.AST) -> bool:
+    """Whether ``node`` writes a run's status (a piece's, whose value names ``PieceStatus``,
+    is not a run's)."""
+    if "PieceStatus" in ast.unparse(node) and not isinstance(node, ast.Dict):
+        return False
     if isinstance(node, ast.Call):
         func = node.func
         name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")

@@ -79,7 +79,7 @@ def _rendered(monkeypatch: pytest.MonkeyPatch) -> tuple[str, str]:
         names, cancelled = _fields_written(ending, monkeypatch)
         sql, _fields = built.finish_sql(names, cancelled)
         parts += ["", f"-- The final record: {ending}.", _readable(sql) + ";"]
-    beat = heartbeats._Beat(connection.alias)
+    beat = heartbeats._Beat(connection.alias, JobRun)
     match = beat.match(2)
     if beat.returning:
         parts += ["", "-- The heartbeat of two runs: stamped, with their cancels returned."]

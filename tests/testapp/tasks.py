@@ -248,3 +248,43 @@ def hold(label: str, obey_cancel: bool = True, seconds: float = 120.0) -> str:
     run = current_run()
     label = f"{label}:{run.pk}" if run is not None else label
     return _until_cancelled(label, seconds, check=obey_cancel, let_go=True, ends="timed out")
+
+
+@shared_task(name="tests.piece")
+def piece(
+    label: str,
+    seconds: float = 0.0,
+    fail: list[int] | None = None,
+    slow: int | None = None,
+    slow_seconds: float = 60.0,
+) -> int:
+    """One piece of a run: witnessed as ``<label>:<run id>:<index>`` (its key, if it has one,
+    after); the piece ``slow`` takes ``slow_seconds`` at its first attempt; fails for the indexes
+    in ``fail``; returns its index."""
+    from django_cluster_cron.worker import current_run
+
+    run = current_run()
+    assert run is not None, "tests.piece runs only in a run"
+    assert run.piece is not None, "tests.piece runs only as a piece"
+    shown = f"{label}:{run.pk}:{run.piece.index}"
+    if run.piece.key is not None:
+        shown += f":{run.piece.key}"
+    first_slow = run.piece.index == slow and run.piece.attempt == 1
+    _witness(shown, slow_seconds if first_slow else seconds)
+    if run.piece.index in (fail or []):
+        raise RuntimeError(f"piece {run.piece.index} fails by request")
+    return run.piece.index
+
+
+@shared_task(name="tests.plan")
+def plan() -> list[str]:
+    """A planner: the keys of the pieces (match ids, say)."""
+    return [f"match-{n}" for n in (3, 5, 8, 13)]
+
+
+@shared_task(name="tests.completed")
+def completed(summary: dict[str, Any]) -> str:
+    """A completion task: witnessed as ``complete:<run id>:<status>:<counts>``."""
+    counts = ",".join(f"{k}={v}" for k, v in sorted(summary["counts"].items()))
+    _witness(f"complete:{summary['run']}:{summary['status']}:{counts}", 0.0)
+    return str(summary["status"])

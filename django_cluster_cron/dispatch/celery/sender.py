@@ -108,8 +108,9 @@ class BatchSender:
         return found
 
     def form(self, message: OutboxMessage) -> tuple[str, list[Any], dict[str, Any]]:
-        """The task name, args and kwargs the message of this run carries."""
-        if self.own_task and message.task:
+        """The task name, args and kwargs the message of this run carries (a piece's always
+        its own task's: workers before 0.2, which need the old form, know no pieces)."""
+        if (self.own_task or message.piece is not None) and message.task:
             return message.task, list(message.args), dict(message.kwargs)
         return EXECUTE_TASK, [message.run_id, message.attempt], {}
 

@@ -67,7 +67,9 @@ class Command(ClusterCronCommand):
             batch = list(old.order_by("pk").values_list("pk", flat=True)[: options["batch_size"]])
             if not batch:
                 break
-            deleted += JobRun.objects.filter(pk__in=batch).delete()[0]
+            # Runs only: a run's pieces go with it, and are not counted as runs.
+            _, by_model = JobRun.objects.filter(pk__in=batch).delete()
+            deleted += by_model.get(JobRun._meta.label, 0)
             if not options["no_progress"]:
                 self._progress(deleted, total)
         if not options["no_progress"] and total:

@@ -1,0 +1,231 @@
+"""A run's fate, from its pieces: the update that closes it.
+
+The run's status follows from its pieces (:func:`settle`), under its row lock: once the failed
+pieces pass ``max_failed_pieces``, its cancel is asked for, or a success policy short of "all"
+is met, the pieces not started are cancelled and the running ones asked to stop; when no piece is
+open any more, one conditional UPDATE closes the run (:func:`close_run`) — ``success``,
+``failed`` or ``cancelled`` — and the transaction that wins it records the completion message
+(index -1, the job's ``on_complete``), so it is sent exactly once whoever closes the run: the
+worker of its last piece, or the leader's sweep as a backstop. Until then, each settle releases
+the next pieces the job's parallel cap allows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Exists, F, OuterRef
+
+from .. import signals
+from ..dbtime import database_now
+from ..models import (
+    COMPLETION,
+    OPEN_PIECE_STATUSES,
+    JobPiece,
+    JobRun,
+    PieceStatus,
+    PieceSuccess,
+    RunStatus,
+)
+from . import failures
+from .piece_moves import cancel_pieces
+from .pieces import _republish_at, piece_task_id, release
+from .transitions import ERROR_LIMIT
+
+__all__ = ["Settled", "close_run", "note_closed", "progress", "progress_of", "settle"]
+
+# How many failed pieces a completion summary names (their keys and errors).
+SUMMARY_FAILED = 100
+
+
+@dataclasses.dataclass
+class Settled:
+    """What settling a run did: the status it closed the run with (None: still open, or not
+    this call's to close), and the pieces to send now (released ones, the completion
+    message)."""
+
+    closed: str | None = None
+    send: list[JobPiece] = dataclasses.field(default_factory=list)
+    run: JobRun | None = None
+
+
+def _policy_met(run: JobRun, counts: Counter[str], indexes_succeeded: set[int]) -> bool | None:
+    """Whether the job's success policy is met (True), can no longer be (False), or not yet
+    decided (None)."""
+    job = run.job
+    succeeded, failed = counts[PieceStatus.SUCCESS], counts[PieceStatus.FAILED]
+    open_ = sum(counts[status] for status in OPEN_PIECE_STATUSES)
+    if PieceSuccess(job.pieces_success) is PieceSuccess.AT_LEAST:
+        need = job.pieces_success_count or run.piece_count
+        if succeeded >= need:
+            return True
+        return False if succeeded + open_ < need else None
+    if PieceSuccess(job.pieces_success) is PieceSuccess.REQUIRED:
+        required = {int(i) for i in job.pieces_required or ()}
+        if required <= indexes_succeeded:
+            return True
+        return None if open_ else False
+    if open_:
+        return None
+    return failed <= job.max_failed_pieces and counts[PieceStatus.CANCELLED] == 0
+
+
+def _counts(run_id: int) -> Counter[str]:
+    rows = JobPiece.objects.filter(run_id=run_id, index__gte=0).values_list("status", flat=True)
+    return Counter(str(status) for status in rows)
+
+
+def settle(run_id: int) -> Settled:
+    """Decide what the run's pieces make of it, under its row lock (see the module): cancel the
+    pieces not started once its fate is decided, close it when none is open, or release the
+    next pieces its parallel cap allows."""
+    with transaction.atomic():
+        run = (
+            JobRun.objects.select_for_update()
+            .select_related("job")
+            .filter(pk=run_id, status=RunStatus.RUNNING, piece_count__gt=0)
+            .first()
+        )
+        if run is None:
+            return Settled()
+        job = run.job
+        counts = _counts(run_id)
+        indexes = set()
+        if PieceSuccess(job.pieces_success) is PieceSuccess.REQUIRED:
+            indexes = set(
+                JobPiece.objects.filter(
+                    run_id=run_id, index__in=job.pieces_required or [], status=PieceStatus.SUCCESS
+                ).values_list("index", flat=True)
+            )
+        met = _policy_met(run, counts, indexes)
+        over = counts[PieceStatus.FAILED] > job.max_failed_pieces
+        stopping = run.cancel_requested_at is not None
+        if over or stopping or met is not None:
+            why = (
+                "its run was cancelled"
+                if stopping
+                else f"its run failed: {counts[PieceStatus.FAILED]} pieces failed"
+                if over or met is False
+                else "its run succeeded without it"
+            )
+            cancel_pieces(run, why, by=run.cancel_requested_by or "its run's policy")
+            counts = _counts(run_id)
+        if any(counts[status] for status in OPEN_PIECE_STATUSES):
+            if over or stopping or met is not None:
+                return Settled(run=run)
+            return Settled(send=release(run, database_now()), run=run)
+        if stopping:
+            status = RunStatus.CANCELLED
+        elif over or not met:
+            status = RunStatus.FAILED
+        else:
+            status = RunStatus.SUCCESS
+        completion = close_run(run, status, counts)
+        if completion is None:
+            return Settled(run=run)
+        return Settled(closed=str(status), send=completion, run=run)
+
+
+def progress(counts: Counter[str], total: int) -> str:
+    """``37/64 done, 2 failed``: a run's pieces in words."""
+    done = counts[PieceStatus.SUCCESS]
+    text = f"{done}/{total} done"
+    for status in (PieceStatus.FAILED, PieceStatus.CANCELLED):
+        if counts[status]:
+            text += f", {counts[status]} {status}"
+    return text
+
+
+def close_run(run: JobRun, status: str, counts: Counter[str]) -> list[JobPiece] | None:
+    """``running`` → ``status`` for a run whose pieces are all ended: the one conditional UPDATE
+    that closes it (none of its pieces open), and in the same transaction its completion
+    message, if the job has one. None when it was not this call's to close; else the pieces to
+    send (the completion message, or none)."""
+    now = database_now()
+    open_pieces = JobPiece.objects.filter(
+        run_id=OuterRef("pk"), index__gte=0, status__in=OPEN_PIECE_STATUSES
+    )
+    failed = list(
+        JobPiece.objects.filter(run_id=run.pk, status=PieceStatus.FAILED, index__gte=0)
+        .order_by("index")
+        .values("index", "key", "error")[:SUMMARY_FAILED]
+    )
+    fields: dict[str, Any] = {
+        "status": RunStatus(status),
+        "finished_at": now,
+        "result": progress(counts, run.piece_count),
+        "error": "; ".join(f"piece {f['index']}: {f['error']}" for f in failed)[:ERROR_LIMIT],
+    }
+    if run.started_at is not None:
+        fields["duration"] = now - run.started_at
+    closed = (
+        JobRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING)
+        .exclude(Exists(open_pieces))
+        .update(**fields)
+    )
+    if not closed:
+        return None
+    for name, value in fields.items():
+        setattr(run, name, value)
+    if not run.job.on_complete:
+        return []
+    summary = {
+        "run": run.pk,
+        "job": run.job.name,
+        "slot": run.scheduled_for.isoformat(),
+        "status": str(status),
+        "pieces": run.piece_count,
+        "counts": {str(k): v for k, v in sorted(counts.items())},
+        "failed": failed,
+    }
+    republish = _republish_at(now, 1)
+    again = JobPiece.objects.filter(run_id=run.pk, index=COMPLETION).update(
+        key=summary,
+        status=PieceStatus.QUEUED,
+        attempt=F("attempt") + 1,
+        queued_at=now,
+        publish_count=F("publish_count") + 1,
+        republish_at=republish,
+        claim_token="",
+        finished_at=None,
+        error="",
+    )
+    if not again:  # the first close (a run an operator re-opened closes again: attempt 2)
+        JobPiece.objects.bulk_create(
+            [
+                JobPiece(
+                    run_id=run.pk,
+                    index=COMPLETION,
+                    key=summary,
+                    task_id=piece_task_id(run.task_id, COMPLETION),
+                    status=PieceStatus.QUEUED,
+                    queued_at=now,
+                    publish_count=1,
+                    republish_at=republish,
+                )
+            ]
+        )
+    completion = JobPiece.objects.get(run_id=run.pk, index=COMPLETION)
+    return [completion]
+
+
+def note_closed(run: JobRun, status: str) -> None:
+    """What a run's end does once its pieces closed it: its job's failure count
+    (``pause_after_failures``) and the run signals."""
+    if status == RunStatus.SUCCESS:
+        failures.note_success(run.job)
+        signals.send(signals.run_succeeded, run, result=run.result)
+    elif status == RunStatus.FAILED:
+        signals.send(signals.run_failed, run, error=None)
+        failures.note_failure(run.job)
+
+
+def progress_of(run: JobRun) -> str:
+    """A run's progress in words (one grouped count of its pieces), or "" for a run without
+    pieces."""
+    if not run.piece_count:
+        return ""
+    return progress(_counts(run.pk), run.piece_count)
