@@ -17,15 +17,15 @@ from datetime import datetime
 
 from django.db import IntegrityError, transaction
 
+from . import dispatch
 from .celery_app import terminate_refusal
 from .conf import app_settings
 from .core.overlap import Decision, OverlapPolicy, Verdict
 from .dbtime import database_now
-from .dispatch import default_dispatcher, publish_now, send_pieces
-from .ledger import buffer, piece_moves, piece_runs, transitions
+from .dispatch import default_dispatcher, publish_now
+from .ledger import buffer, piece_moves, transitions
 from .ledger.buffer import preempt
 from .ledger.outbox import OutboxMessage
-from .ledger.pieces import piece_message
 from .ledger.rows import activity, dispatchable_run
 from .models import JobDefinition, JobRun, RunStatus, RunTrigger
 from .models.changes import record_change
@@ -225,13 +225,9 @@ def retry_pieces(run: JobRun, indexes: list[int] | None = None) -> JobRun:
 
 
 def settle_pieces(run: JobRun) -> None:
-    """Settle a run split into pieces now (cancel, release, close) and send what that makes."""
-    settled = piece_runs.settle(run.pk)
-    if settled.send and settled.run is not None:
-        found = settled.run
-        send_pieces(default_dispatcher(), [piece_message(found, p) for p in settled.send])
-    if settled.closed is not None and settled.run is not None:
-        piece_runs.note_closed(settled.run, settled.closed)
+    """Settle a run split into pieces now (cancel, release, close), send what that makes."""
+    settled = dispatch.settle_pieces(default_dispatcher(), run.pk)
+    metrics.get().piece_outcome(run.job.name, "cancelled", settled.cancelled)
 
 
 def cancel(run: JobRun, *, reason: str = "cancelled by an operator", by: str = "") -> JobRun:
@@ -248,7 +244,6 @@ def cancel(run: JobRun, *, reason: str = "cancelled by an operator", by: str = "
     if transitions.cancel_requested(run, by=by or "an operator", reason=reason):
         logger.warning("run.cancel_requested run=%s job=%s by=%s", run.pk, run.job_id, by)
         if run.piece_count:  # its pieces not started are cancelled, the running ones stop
-            piece_moves.stop_asked(run.job_id)
             settle_pieces(run)
         run.refresh_from_db()
         return run

@@ -15,7 +15,15 @@ from __future__ import annotations
 from typing import Any
 
 from .port import Dispatcher, Done, Preparation, Prepared, PublishFailed, Refusal, SendFailed
-from .send import Sent, mark_prepared_sent, prepare, publish_now, send_pieces, send_prepared
+from .send import (
+    Sent,
+    mark_prepared_sent,
+    prepare,
+    publish_now,
+    send_pieces,
+    send_prepared,
+    settle_pieces,
+)
 
 __all__ = [
     "Dispatcher",
@@ -34,6 +42,7 @@ __all__ = [
     "publish_now",
     "send_pieces",
     "send_prepared",
+    "settle_pieces",
     "tasks_dispatcher",
     "terminate",
 ]

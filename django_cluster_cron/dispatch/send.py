@@ -22,9 +22,10 @@ from datetime import datetime
 
 from django.db import DatabaseError
 
-from ..ledger import piece_moves, transitions
+from ..ledger import piece_moves, piece_runs, transitions
 from ..ledger.fence import Fence
 from ..ledger.outbox import OutboxMessage, mark_published, mark_sent, note_enqueued_ahead
+from ..ledger.pieces import piece_message
 from .port import Dispatcher, Done, Prepared, PublishFailed, Refusal, SendFailed
 
 logger = logging.getLogger("django_cluster_cron.scheduler")
@@ -103,6 +104,24 @@ def send_pieces(dispatcher: Dispatcher, messages: Sequence[OutboxMessage]) -> Se
         logger.warning("pieces.publish_failed count=%s error=%s", len(messages), failure)
     ids = set(published)
     return Sent([m for m in messages if m.task_id in ids], failure)
+
+
+def settle_pieces(dispatcher: Dispatcher, run_id: int) -> piece_runs.Settled:
+    """Settle a run split into pieces (:func:`~django_cluster_cron.ledger.piece_runs.settle`:
+    cancel, release, close), send the pieces that released and the completion message, and
+    when it closed the run, do what a run's end does (the job's failure count, the signals)."""
+    settled = piece_runs.settle(run_id)
+    run = settled.run
+    if run is None:
+        return settled
+    if settled.send:
+        send_pieces(dispatcher, [piece_message(run, piece) for piece in settled.send])
+    if settled.closed is not None:
+        logger.info(
+            "run.closed run=%s job=%s status=%s %s", run.pk, run.job_id, settled.closed, run.result
+        )
+        piece_runs.note_closed(run, settled.closed)
+    return settled
 
 
 def prepare(dispatcher: Dispatcher, messages: Sequence[OutboxMessage]) -> list[Prepared]:

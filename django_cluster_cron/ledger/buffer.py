@@ -26,7 +26,6 @@ from ..models import (
     JobRun,
     RunStatus,
 )
-from . import piece_moves
 from .transitions import REASON_LIMIT, stop_requester
 
 
@@ -122,8 +121,6 @@ def preempt(job: JobDefinition, slot: datetime, *, policy: str | None = None) ->
         cancel_requested_by=stop_requester(name),
         reason=why[:REASON_LIMIT],
     )
-    if asked:  # a run split into pieces stops through its pieces
-        piece_moves.stop_asked(job.pk)
     earlier = runs.filter(scheduled_for__lt=slot)
     cancelled = earlier.filter(status__in=WAITING_STATUSES).update(
         status=RunStatus.CANCELLED, reason=why[:REASON_LIMIT], finished_at=DbNow()

@@ -5,7 +5,7 @@ A piece moves as a run does, each move one conditional UPDATE on the states it m
 ``success`` | ``failed`` | ``retrying`` | ``cancelled`` (:func:`finish_piece`, guarded on its
 attempt), a silent worker's piece retried or failed by the leader (:func:`lost_pieces`), the
 pieces not started cancelled when their run's fate is decided or its cancel asked for
-(:func:`cancel_pieces`, :func:`stop_asked`), failed ones sent again by an operator
+(:func:`cancel_pieces`), failed ones sent again by an operator
 (:func:`retry_pieces`, re-opening a failed run: :func:`reopen_run`). What the pieces make of
 their run is :mod:`.piece_runs`.
 """
@@ -41,7 +41,6 @@ __all__ = [
     "open_runs",
     "reopen_run",
     "retry_pieces",
-    "stop_asked",
     "unrunnable_piece",
 ]
 
@@ -63,8 +62,10 @@ def claim_piece(
         attempt=attempt,
         status__in=CLAIMABLE_PIECE_STATUSES,
     )
-    if index != COMPLETION:  # a piece runs only while its run does (its completion after)
-        claimable = claimable.filter(run__status=RunStatus.RUNNING)
+    if index != COMPLETION:  # a piece runs only while its run does and is not asked to stop
+        claimable = claimable.filter(
+            run__status=RunStatus.RUNNING, run__cancel_requested_at__isnull=True
+        )
     won = claimable.update(
         status=PieceStatus.RUNNING,
         started_at=DbNow(),
@@ -137,22 +138,6 @@ def unrunnable_piece(task_id: str, attempt: int, error: str) -> bool:
             task_id=task_id, attempt=attempt, status__in=CLAIMABLE_PIECE_STATUSES
         ).update(status=PieceStatus.FAILED, error=error[:ERROR_LIMIT], finished_at=DbNow())
     )
-
-
-def stop_asked(job_id: int) -> int:
-    """Runs of the job split into pieces whose cancel was asked for: their pieces not started
-    are cancelled, the running ones asked to stop (an operator's cancel, an overlap policy's);
-    the run closes ``cancelled`` when none is left running. How many pieces were cancelled."""
-    asked = JobRun.objects.filter(
-        job_id=job_id,
-        status=RunStatus.RUNNING,
-        piece_count__gt=0,
-        cancel_requested_at__isnull=False,
-    )
-    cancelled = 0
-    for run in asked:
-        cancelled += cancel_pieces(run, "its run was cancelled", by=run.cancel_requested_by)
-    return cancelled
 
 
 def open_runs(limit: int = 100) -> list[int]:

@@ -50,6 +50,8 @@ class Settled:
     closed: str | None = None
     send: list[JobPiece] = dataclasses.field(default_factory=list)
     run: JobRun | None = None
+    # Pieces this settle cancelled before they started (for the metrics).
+    cancelled: int = 0
 
 
 def _policy_met(run: JobRun, counts: Counter[str], indexes_succeeded: set[int]) -> bool | None:
@@ -103,6 +105,7 @@ def settle(run_id: int) -> Settled:
         met = _policy_met(run, counts, indexes)
         over = counts[PieceStatus.FAILED] > job.max_failed_pieces
         stopping = run.cancel_requested_at is not None
+        cancelled = 0
         if over or stopping or met is not None:
             why = (
                 "its run was cancelled"
@@ -111,11 +114,11 @@ def settle(run_id: int) -> Settled:
                 if over or met is False
                 else "its run succeeded without it"
             )
-            cancel_pieces(run, why, by=run.cancel_requested_by or "its run's policy")
+            cancelled = cancel_pieces(run, why, by=run.cancel_requested_by or "its run's policy")
             counts = _counts(run_id)
         if any(counts[status] for status in OPEN_PIECE_STATUSES):
             if over or stopping or met is not None:
-                return Settled(run=run)
+                return Settled(run=run, cancelled=cancelled)
             return Settled(send=release(run, database_now()), run=run)
         if stopping:
             status = RunStatus.CANCELLED
@@ -125,8 +128,8 @@ def settle(run_id: int) -> Settled:
             status = RunStatus.SUCCESS
         completion = close_run(run, status, counts)
         if completion is None:
-            return Settled(run=run)
-        return Settled(closed=str(status), send=completion, run=run)
+            return Settled(run=run, cancelled=cancelled)
+        return Settled(closed=str(status), send=completion, run=run, cancelled=cancelled)
 
 
 def progress(counts: Counter[str], total: int) -> str:

@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import Count, F, Q
 
 from ..conf import app_settings
 from ..dbtime import DbNow, database_now
@@ -36,6 +36,7 @@ from .fence import Fence
 from .outbox import REPUBLISH_BACKOFF_DOUBLINGS, OutboxMessage
 
 __all__ = [
+    "in_flight_by_job",
     "piece_message",
     "piece_task_id",
     "release",
@@ -172,3 +173,14 @@ def stale(*, now: datetime, fence: Fence, limit: int) -> list[OutboxMessage]:
                 publish_count=piece.publish_count, republish_at=piece.republish_at
             )
     return [piece_message(piece.run, piece) for piece in found]
+
+
+def in_flight_by_job() -> dict[str, int]:
+    """Pieces sent and not ended (queued, running, retrying), by job name: one grouped count."""
+    rows = (
+        JobPiece.objects.filter(status__in=IN_FLIGHT_PIECE_STATUSES, index__gte=0)
+        .values("run__job__name")
+        .annotate(count=Count("pk"))
+        .order_by()
+    )
+    return {str(row["run__job__name"]): int(row["count"]) for row in rows}

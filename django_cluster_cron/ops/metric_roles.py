@@ -219,6 +219,8 @@ class SlotMetrics:
 
     slots_not_run: Any
     buffered: Any
+    pieces: Any
+    pieces_in_flight: Any
 
     def __init__(self) -> None:
         from prometheus_client import Counter, Gauge
@@ -238,15 +240,43 @@ class SlotMetrics:
             [JOB_LABEL],
             multiprocess_mode="livemax",
         )
+        self.pieces = Counter(
+            "cluster_cron_pieces",
+            "Pieces of runs split into pieces, by job and outcome: succeeded, failed (for good), "
+            "retried (an attempt failed, the next is sent), cancelled, lost (its worker went "
+            "silent; the leader retried or failed it).",
+            [JOB_LABEL, "outcome"],
+        )
+        self.pieces_in_flight = Gauge(
+            "cluster_cron_pieces_in_flight",
+            "Pieces each job has sent and not ended (queued, running or retrying), as the "
+            "leader last counted them.",
+            [JOB_LABEL],
+            multiprocess_mode="livemax",
+        )
         self._jobs: set[str] = set()
         self._jobs_lock = threading.Lock()
         self._depths_seen: set[str] = set()
+        self._flying_seen: set[str] = set()
 
     def not_run(self, job_name: str, reason: str, count: int = 1) -> None:
         """Count ``count`` slots of the job that did not run, for ``reason``."""
         if count > 0:
             label = capped(job_name, self._jobs, self._jobs_lock)
             self.slots_not_run.labels(job_name=label, reason=reason).inc(count)
+
+    def piece_outcome(self, job_name: str, outcome: str, count: int = 1) -> None:
+        """Count ``count`` pieces of the job that ended (or went again) so."""
+        if count > 0:
+            label = capped(job_name, self._jobs, self._jobs_lock)
+            self.pieces.labels(job_name=label, outcome=outcome).inc(count)
+
+    def pieces_flying(self, flying: dict[str, int]) -> None:
+        """Set each job's pieces in flight; jobs that had some and have none now go to 0."""
+        for name in {*self._flying_seen, *flying}:
+            label = capped(name, self._jobs, self._jobs_lock)
+            self.pieces_in_flight.labels(job_name=label).set(flying.get(name, 0))
+        self._flying_seen = set(flying)
 
     def buffer_depths(self, depths: dict[str, int]) -> None:
         """Set each job's buffer depth; jobs that held runs back before and hold none now

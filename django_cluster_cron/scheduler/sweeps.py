@@ -32,8 +32,8 @@ from datetime import datetime, timedelta
 
 from .. import signals
 from ..conf import app_settings
-from ..dispatch import send_pieces, terminate
-from ..ledger import buffer, failures, outbox, piece_moves, piece_runs, pieces, transitions
+from ..dispatch import send_pieces, settle_pieces, terminate
+from ..ledger import buffer, failures, outbox, piece_moves, pieces, transitions
 from ..ledger.outbox import OutboxMessage
 from ..ledger.pieces import piece_message
 from ..models import JobRun, PieceStatus, RunStatus
@@ -43,6 +43,8 @@ from .publishing import Publisher
 
 logger = logging.getLogger("django_cluster_cron.scheduler")
 
+# What the metrics call the end of a piece whose worker was lost, when it does not go again.
+LOST_ENDS = {PieceStatus.FAILED: "failed", PieceStatus.CANCELLED: "cancelled"}
 # A run still terminating this long after its SIGTERM is due (at the least) gets SIGKILL: its
 # job's cancel grace again, never less than this.
 KILL_WAIT = timedelta(seconds=5)
@@ -162,22 +164,26 @@ class Sweeps:
         lost = piece_moves.lost_pieces(
             now=now, lost_after=self.lost_after, fence=fence, limit=self.batch_size
         )
+        found = metrics.get()
         for piece in lost:
             logger.warning(
                 "piece.lost run=%s piece=%s status=%s", piece.run_id, piece.index, piece.status
             )
+            name = piece.run.job.name
+            found.piece_outcome(name, "lost")
+            if piece.status != PieceStatus.RETRYING:  # its end: failed, or cancelled
+                found.piece_outcome(name, LOST_ENDS[piece.status])
         retried = [p for p in lost if p.status == PieceStatus.RETRYING]
         resend = pieces.stale(now=now, fence=fence, limit=self.batch_size)
         if resend:
             logger.warning("pieces.republish count=%s", len(resend))
         send_pieces(dispatcher, [piece_message(p.run, p) for p in retried] + resend)
         for run_id in piece_moves.open_runs():
-            settled = piece_runs.settle(run_id)
-            if settled.send and settled.run is not None:
-                send_pieces(dispatcher, [piece_message(settled.run, p) for p in settled.send])
-            if settled.closed is not None and settled.run is not None:
-                logger.info("run.closed run=%s status=%s", run_id, settled.closed)
-                piece_runs.note_closed(settled.run, settled.closed)
+            settled = settle_pieces(dispatcher, run_id)
+            if settled.run is not None:
+                found.piece_outcome(settled.run.job.name, "cancelled", settled.cancelled)
+        if found is not metrics.NULL:  # one grouped query, only when it is exported
+            found.pieces_flying(pieces.in_flight_by_job())
 
     def republish_stale(self) -> None:
         now = self.clock()

@@ -28,9 +28,9 @@ from django.utils import timezone
 
 from ..celery_app import get_celery_app
 from ..core.retry import retry_delay
-from ..dispatch import send_pieces
+from ..dispatch import send_pieces, settle_pieces
 from ..djtasks_app import resolve_task
-from ..ledger import piece_moves, piece_runs
+from ..ledger import piece_moves
 from ..ledger.pieces import piece_message, split
 from ..models import COMPLETION, MAX_PIECES, JobPiece, JobRun, PieceInfo, PieceStatus, RunCancelled
 from ..ops import metrics
@@ -201,7 +201,8 @@ def _record_piece(
         piece.index,
         piece.attempt - (1 if status == PieceStatus.RETRYING else 0),
     )
-    metrics.get().run_outcome(f"piece_{status}").inc()
+    if piece.index != COMPLETION:
+        metrics.get().piece_outcome(job.name, PIECE_OUTCOMES[status])
     if status == PieceStatus.RETRYING:
         piece.refresh_from_db()
         message = piece_message(run, piece)
@@ -212,28 +213,26 @@ def _record_piece(
 
 
 def _settle(delivery: Delivery, run: JobRun) -> None:
-    """After a piece ended: settle its run, send what that released, and when it closed the
-    run, do what a run's end does (failure count, signals, the overlap buffer)."""
+    """After a piece ended: settle its run (what that released is sent), and when that closed
+    the run, count it and release what its job's overlap policy held back behind it."""
     try:
-        settled = with_fresh_connection(lambda: piece_runs.settle(run.pk))
+        settled = with_fresh_connection(lambda: settle_pieces(delivery.dispatcher(), run.pk))
     except Exception as exc:  # the leader's sweep settles it
         logger.warning("run.settle_failed run=%s error=%s", run.pk, exc)
         return
-    closed = settled.run if settled.run is not None else run
-    if settled.send:
-        send_pieces(delivery.dispatcher(), [piece_message(closed, p) for p in settled.send])
-    if settled.closed is not None:
-        run_closed(closed, settled.closed)
-        release_next(delivery, closed, settled.closed, timezone.now())
+    found = metrics.get()
+    found.piece_outcome(run.job.name, "cancelled", settled.cancelled)
+    if settled.closed is not None and settled.run is not None:
+        found.run_outcome(CLOSED_OUTCOMES.get(settled.closed, "cancelled")).inc()
+        release_next(delivery, settled.run, settled.closed, timezone.now())
 
 
-def run_closed(run: JobRun, status: str) -> None:
-    """What a run's end does once its pieces closed it: logged, counted, signalled, and its
-    job's failure count."""
-    logger.info("run.closed run=%s job=%s status=%s %s", run.pk, run.job_id, status, run.result)
-    metrics.get().run_outcome(CLOSED_OUTCOMES.get(status, "cancelled")).inc()
-    piece_runs.note_closed(run, status)
-
-
+# What the metrics call a piece's end (or its next attempt).
+PIECE_OUTCOMES = {
+    PieceStatus.SUCCESS: "succeeded",
+    PieceStatus.FAILED: "failed",
+    PieceStatus.RETRYING: "retried",
+    PieceStatus.CANCELLED: "cancelled",
+}
 # What the metrics call a run's end when its pieces close it.
 CLOSED_OUTCOMES = {"success": "succeeded", "failed": "failed", "cancelled": "cancelled"}

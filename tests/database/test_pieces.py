@@ -16,6 +16,7 @@ from collections import Counter
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from django.conf import settings
 from django.core.exceptions import ValidationError
 
 from django_cluster_cron.ledger import piece_moves, piece_runs, pieces
@@ -399,3 +400,73 @@ def test_the_admin_shows_a_runs_pieces_and_retries_one(admin_client):
     assert executed("split")["2"] == 2
     run.refresh_from_db()
     assert (run.status, run.result) == (RunStatus.SUCCESS, "3/3 done")
+
+
+def test_the_pieces_metrics_agree_with_the_ledger():
+    from prometheus_client import REGISTRY
+
+    def sample(outcome):
+        labels = {"job_name": "metered", "outcome": outcome}
+        return REGISTRY.get_sample_value("cluster_cron_pieces_total", labels) or 0.0
+
+    before = {o: sample(o) for o in ("succeeded", "failed", "retried", "cancelled")}
+    split_job(
+        name="metered",
+        pieces=6,
+        max_parallel_pieces=2,
+        max_retries=1,
+        retry_backoff=0,
+        kwargs={"fail": [3]},
+    )
+    [run] = run_due(AFTER)
+    piece = JobPiece.objects.get(run=run, index=3)
+    assert piece.status == PieceStatus.RETRYING  # its first attempt failed: retried
+    JobPiece.objects.filter(pk=piece.pk).update(status=PieceStatus.QUEUED, retry_at=None)
+    deliver_pieces()
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED
+    ledger = Counter(piece_states(run).values())
+    counted = {o: sample(o) - before[o] for o in before}
+    assert counted == {
+        "succeeded": ledger[PieceStatus.SUCCESS],
+        "failed": ledger[PieceStatus.FAILED],
+        "cancelled": ledger[PieceStatus.CANCELLED],
+        "retried": 1,
+    }, (counted, ledger)
+
+
+@pytest.mark.skipif(not settings.HAS_DJANGO_TASKS, reason="django-tasks-db is not installed")
+def test_a_django_tasks_job_splits_and_completes_the_same_way():
+    split_job(
+        name="dtasks",
+        task="tests.testapp.dtasks.piece",
+        args=["dtasks"],
+        pieces_planner="tests.testapp.dtasks.plan",
+        on_complete="tests.testapp.dtasks.completed",
+        kwargs={"fail": [1]},
+        max_failed_pieces=1,
+    )
+    [run] = run_due(AFTER)
+    assert run.status == RunStatus.SUCCESS
+    assert run.result == "1/2 done, 1 failed"
+    assert executed("dtasks") == Counter({"0": 1, "1": 1})
+    assert completions() == [f"complete:{run.pk}:success:failed=1,success=1"]
+    assert sorted(JobPiece.objects.filter(run=run, index__gte=0).values_list("key", flat=True)) == [
+        "north",
+        "south",
+    ]
+
+
+@pytest.mark.skipif(not settings.HAS_DJANGO_TASKS, reason="django-tasks-db is not installed")
+def test_a_completion_task_of_the_other_system_is_refused():
+    job = JobDefinition(
+        name="mixed",
+        cron="0 3 * * *",
+        task="tests.piece",
+        args=["x"],
+        pieces=2,
+        on_complete="tests.testapp.dtasks.completed",
+    )
+    with pytest.raises(ValidationError) as found:
+        job.full_clean()
+    assert "own execution system" in str(found.value.message_dict["on_complete"])

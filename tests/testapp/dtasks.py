@@ -118,3 +118,25 @@ def busy(label: str, seconds: float = 60.0) -> str:
     from tests.testapp.tasks import _until_cancelled
 
     return _until_cancelled(label, seconds, check=False)
+
+
+@task()
+def piece(label: str, fail: list[int] | None = None) -> int:
+    """One piece of a run (``tests.piece``'s twin): witnessed as ``<label>:<run id>:<index>``."""
+    from tests.testapp.tasks import piece as celery_piece
+
+    return int(celery_piece.run(label, fail=fail))
+
+
+@task()
+def plan() -> list[str]:
+    """A planner among django.tasks tasks."""
+    return ["north", "south"]
+
+
+@task()
+def completed(summary: dict[str, Any]) -> str:
+    """A completion task among django.tasks tasks."""
+    from tests.testapp.tasks import completed as celery_completed
+
+    return str(celery_completed.run(summary))
