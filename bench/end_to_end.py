@@ -2,7 +2,7 @@
 ours, celery-redbeat and django-celery-beat with the same worker and task, beside the limit.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/bench .venv/bin/python bench/end_to_end.py \\
-        [--sizes 2000 10000] [--tasks trivial write] [--systems drain ours redbeat beat] \\
+        [--sizes 2000 10000] [--tasks trivial write] [--systems drain ours pieces redbeat beat] \\
         [--reps 1] [--concurrency 4] [--cap 900] [--quick] [--json PATH] [--profile SECONDS]
 
 Each trial starts from an empty database and broker, then one Celery worker of the test app
@@ -17,6 +17,10 @@ worker process, its task id and the wall-clock times its body started and ended;
 are those times minus the slot (the same clock: one machine). ``write``: the body first makes
 one database write (a row through the ORM, on Django's connection, ``CONN_MAX_AGE`` 0 as a
 project's default), the common real case.
+
+``pieces`` is ours with the N bodies as the pieces of one job's slot instead of N jobs (the
+leader records one run; the worker that takes it records the N pieces and sends them): the
+same worker, task and stamps; its note ``split_s`` is what recording the pieces cost that worker.
 
 ``drain`` is the limit: the same N tasks published straight into the queue, then the worker
 started; its latencies are counted from the first body's start. A scheduler cannot finish a
@@ -36,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import shutil
 import statistics
 import tempfile
@@ -67,13 +72,43 @@ ARGS = {"trivial": [], "write": [True]}
 # that wakes at an instant loads only the first of the entries due then (its look-ahead reads
 # one): the other N - 1 wait 300 s. Given DatabaseScheduler's own 5 s, they wait 5 s.
 REDBEAT_CONF = {"beat_max_loop_interval": 5}
-SYSTEMS = ("drain", "ours", "redbeat", "beat")
+SYSTEMS = ("drain", "ours", "pieces", "redbeat", "beat")
 LABELS = {
     "drain": "bare drain (the limit)",
     "ours": "django-cluster-cron",
+    "pieces": "ours, one job of N pieces",
     "redbeat": "celery-redbeat",
     "beat": "django-celery-beat",
 }
+
+
+def setup_pieces(n: int, cron: str, task: str, args: list[Any], last: datetime) -> float:
+    """One job of N pieces on the same cron and task (the leader records one run; the worker
+    that takes it records the N pieces and sends them)."""
+    from django_cluster_cron.models import JobDefinition
+    from django_cluster_cron.schedule import fire_times
+
+    _peers.clear_ours()
+    started = time.perf_counter()
+    JobDefinition.objects.create(
+        name="bench-pieces",
+        cron=cron,
+        timezone="UTC",
+        task=task,
+        args=args,
+        catchup_policy="all",
+        pieces=n,
+        last_scheduled_at=last,
+        next_run_at=fire_times(cron, "UTC", last, 1)[0],
+    )
+    return time.perf_counter() - started
+
+
+def split_cost(worker_log: Path) -> dict[str, Any]:
+    """What recording the pieces cost the worker that took the run (its ``run.pieces_recorded``
+    line: seconds to write the N rows and mark the first sent)."""
+    found = re.search(r"run\.pieces_recorded .*?seconds=([0-9.]+)", worker_log.read_text())
+    return {"split_s": float(found.group(1))} if found else {"split_s": "not logged"}
 
 
 def read_stamps(directory: Path) -> list[tuple[str, float, float]]:
@@ -167,9 +202,13 @@ def trial(
             slot = next_slot(20 + n / 2000 if minute else 8, minute)
             cron = f"{slot.minute} {slot.hour} * * *" + ("" if minute else f" {slot.second}")
             last = slot - timedelta(days=1)  # a daily job that ran yesterday
-            setup = {"ours": _peers.setup_ours, "redbeat": _peers.setup_redbeat}
+            setup = {
+                "ours": _peers.setup_ours,
+                "pieces": setup_pieces,
+                "redbeat": _peers.setup_redbeat,
+            }
             setup.get(system, _peers.setup_beat)(n, cron, task=TASK, args=args, last=last)
-            if system == "ours":
+            if system in ("ours", "pieces"):
                 scheduler = start_ours(child, f"{name}-scheduler")
             else:
                 which = REDBEAT_SCHEDULER if system == "redbeat" else DATABASE_SCHEDULER
@@ -189,6 +228,8 @@ def trial(
                 from django_cluster_cron.models import JobRun
 
                 notes["republished"] = JobRun.objects.filter(publish_count__gt=1).count()
+            if system == "pieces":
+                notes.update(split_cost(log_dir() / f"{name}-worker.log"))
         finally:
             meter.stop()
             if scheduler is not None:
@@ -244,7 +285,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--cap", type=float, default=900, help="seconds after the slot")
     parser.add_argument(
-        "--quick", action="store_true", help="CI smoke run: 200 jobs, trivial, ours and the drain"
+        "--quick",
+        action="store_true",
+        help="CI smoke run: 200 jobs, trivial, ours (N jobs and N pieces) and the drain",
     )
     parser.add_argument("--json", help="write the results here (see bench/README.md)")
     parser.add_argument(
@@ -255,7 +298,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.quick:
-        args.sizes, args.tasks, args.systems = [200], ["trivial"], ["drain", "ours"]
+        args.sizes, args.tasks, args.systems = [200], ["trivial"], ["drain", "ours", "pieces"]
     from _env import boot
 
     env = boot()
@@ -309,7 +352,7 @@ def main() -> None:
                     values = [r[key] for r in reps]
                     label = LABELS[system]
                     rows.append(row(label, kind, n, f"fire to {metric}", "s", values, note))
-            for system in ("ours", "redbeat", "beat"):
+            for system in ("ours", "pieces", "redbeat", "beat"):
                 if system in results and "drain" in results:
                     value = results[system]["p99"] / results["drain"]["p99"]
                     label = f"{LABELS[system]} / bare drain, finished p99, {n} {kind}"
@@ -327,6 +370,19 @@ def main() -> None:
                         "figure": f"{value:.2f} x",
                     }
                 )
+            if "pieces" in results and "ours" in results:
+                value = results["pieces"]["p99"] / results["ours"]["p99"]
+                label = f"one job of {n} pieces / {n} separate jobs, finished p99, {kind}"
+                ratios.append({"label": label, "value": value, "note": ""})
+                print(f"  {label}: {value:.2f}")
+                if n == 10_000:
+                    targets.append(
+                        {
+                            "target": f"{n} {kind}: a slot of N pieces within 1.2 x N jobs",
+                            "met": value <= 1.2,
+                            "figure": f"{value:.2f} x",
+                        }
+                    )
             if n == 10_000 and "ours" in results and "drain" in results:
                 value = results["ours"]["p99"] / results["drain"]["p99"]
                 targets.append(

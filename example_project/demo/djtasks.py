@@ -36,3 +36,8 @@ def always_fails() -> None:
 @task()
 def witness(seconds: float = 0.0) -> int:
     return tasks.witness.run(seconds)
+
+
+@task()
+def completed(summary: dict[str, Any]) -> str:
+    return tasks.completed.run(summary)

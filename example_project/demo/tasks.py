@@ -75,12 +75,14 @@ def witness(seconds: float = 0.0) -> int:
     run = current_run()
     if run is None:
         raise RuntimeError("demo.witness records scheduled runs; it was called outside one")
+    # A piece of the run is told apart by its own task id (``<run's>.<index>``) and attempt.
+    piece = run.piece
     execution = Execution._default_manager.create(
         job_name=run.job.name,
         job_id=run.job_id,
         slot=run.scheduled_for,
-        attempt=run.attempt,
-        task_id=run.task_id,
+        attempt=run.attempt if piece is None else piece.attempt,
+        task_id=run.task_id if piece is None else f"{run.task_id}.{piece.index}",
         pid=os.getpid(),
         started_at=timezone.now(),
     )
@@ -91,3 +93,33 @@ def witness(seconds: float = 0.0) -> int:
         time.sleep(min(0.05, max(deadline - time.monotonic(), 0.0)))
     Execution._default_manager.filter(pk=execution.pk).update(finished_at=timezone.now())
     return int(execution.pk)
+
+
+@shared_task(name="demo.completed")
+def completed(summary: dict[str, Any]) -> str:
+    """A run with pieces ended: record its completion message in demo.Execution, as the
+    witness records a body (``task_id`` ``<run's>.done``), for the chaos suite to count."""
+    from django.utils import timezone
+
+    from django_cluster_cron.worker import current_run
+
+    from .models import Execution
+
+    run = current_run()
+    if run is None or run.piece is None:
+        raise RuntimeError("demo.completed is a run's completion task")
+    now = timezone.now()
+    Execution._default_manager.create(
+        job_name=run.job.name,
+        job_id=run.job_id,
+        slot=run.scheduled_for,
+        attempt=run.piece.attempt,
+        task_id=f"{run.task_id}.done",
+        pid=os.getpid(),
+        started_at=now,
+        finished_at=now,
+    )
+    logger.info(
+        "demo.completed run=%s status=%s counts=%s", run.pk, summary["status"], summary["counts"]
+    )
+    return str(summary["status"])

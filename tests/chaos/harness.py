@@ -62,6 +62,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from tests.chaos.epochs import epoch_violations
+from tests.chaos.pieces import PIECE_PLANS, PIECES, piece_violations
 from tests.support.netfault import FaultyLink, port_of, url_through
 from tests.support.pgserver import PostgresServer
 from tests.support.timing import stalls, ttl_outlasting
@@ -99,6 +100,7 @@ FAULTS = (
 )
 # The witness task: Celery's, or its django.tasks twin.
 WITNESS = "demo.djtasks.witness" if DJANGO_TASKS else "demo.witness"
+COMPLETION = "demo.djtasks.completed" if DJANGO_TASKS else "demo.completed"
 # Without Redis in the cluster (CHAOS_TASKS=django), its faults would change nothing.
 REDIS_FAULTS = ("restart_redis", "cut_leader_redis")
 # The cap of the chaos run's buffer_all jobs (checked: never more held back at once).
@@ -411,6 +413,26 @@ class Chaos:
             )
             job.full_clean()
             jobs.append(job)
+        for i, (cron, parallel, seconds) in enumerate(PIECE_PLANS):
+            split = JobDefinition(
+                name=f"pieces-{i}",
+                cron=cron,
+                timezone="UTC",
+                task=WITNESS,
+                kwargs={"seconds": seconds},
+                catchup_policy="all",
+                catchup_window=timedelta(minutes=10),
+                max_retries=3,
+                retry_backoff=0.5,
+                retry_backoff_max=2,
+                on_worker_lost="retry",
+                pieces=PIECES,
+                max_parallel_pieces=parallel,
+                max_failed_pieces=PIECES - 1,  # a piece failed by a fault does not fail the run
+                on_complete=COMPLETION,
+            )
+            split.full_clean()
+            jobs.append(split)
         if self.pg is not None:
             for i in range(BURST_JOBS):
                 burst = JobDefinition(
@@ -645,7 +667,7 @@ class Chaos:
 
     def settle(self) -> None:
         """Stop scheduling, let the workers finish what is in flight, stop everything."""
-        from django_cluster_cron.models import JobDefinition, JobRun
+        from django_cluster_cron.models import OPEN_PIECE_STATUSES, JobDefinition, JobPiece, JobRun
 
         JobDefinition.objects.update(enabled=False, next_run_at=None)
         for name in self.alive("scheduler"):
@@ -653,7 +675,10 @@ class Chaos:
         # Longer than the longest re-publish wait (16 x OUTBOX_REPUBLISH_AFTER) plus a body.
         deadline = time.monotonic() + 120
         active = ["pending", "queued", "running", "retrying", "buffered", "terminating"]
-        while time.monotonic() < deadline and JobRun.objects.filter(status__in=active).exists():
+        while time.monotonic() < deadline and (
+            JobRun.objects.filter(status__in=active).exists()
+            or JobPiece.objects.filter(status__in=OPEN_PIECE_STATUSES).exists()  # completions
+        ):
             time.sleep(0.5)  # look again: what is left after the deadline, check() reports
         for name in self.alive("scheduler") + self.alive("worker"):
             self.procs[name].terminate()
@@ -679,12 +704,14 @@ class Chaos:
     def check(self, window_start: datetime, window_end: datetime) -> None:
         from demo.models import Execution
 
-        from django_cluster_cron.models import JobDefinition, JobRun
+        from django_cluster_cron.models import JobDefinition, JobPiece, JobRun
 
         report = self.report
         runs = list(
             JobRun.objects.values(
                 "id",
+                "task_id",
+                "piece_count",
                 "job_id",
                 "scheduled_for",
                 "status",
@@ -706,7 +733,10 @@ class Chaos:
             )
         )
         by_slot: dict[tuple[int, datetime], list[dict[str, Any]]] = defaultdict(list)
+        split = {r["task_id"] for r in runs if r["piece_count"]}
         for row in executions:
+            if str(row["task_id"]).rpartition(".")[0] in split:
+                continue  # a piece's body, or a completion: checked below, by piece
             by_slot[(row["job_id"], row["slot"])].append(row)
 
         # 1. No (job, slot) executed twice, except as declared retries of a failed attempt: each
@@ -789,6 +819,13 @@ class Chaos:
                 f"{MAX_BUFFERED_CHAOS})"
             )
 
+        # 7. Pieces: each executed once per attempt it declares, a completion for every run
+        # that closed, none left running (tests/chaos/pieces.py).
+        piece_rows = JobPiece.objects.values("run_id", "index", "status", "attempt")
+        broken, piece_numbers = piece_violations(runs, piece_rows, executions)
+        for violation in broken:
+            report.fail(violation)
+
         pooler_found = self._count_in_logs("lease.witness_unavailable reason=pooler")
         if (
             self._pooler is not None
@@ -819,6 +856,7 @@ class Chaos:
             "faults injected": sum(report.faults.values()),
             "workers that exited, restarted": len(self.replaced),
             "nodes that found a pooler": pooler_found,
+            **piece_numbers,
         }
 
 
