@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F
+from django.db.models import Exists, F, OuterRef
 
 from ..dbtime import DbNow
 from ..models import (
@@ -63,9 +63,13 @@ def claim_piece(
         status__in=CLAIMABLE_PIECE_STATUSES,
     )
     if index != COMPLETION:  # a piece runs only while its run does and is not asked to stop
-        claimable = claimable.filter(
-            run__status=RunStatus.RUNNING, run__cancel_requested_at__isnull=True
+        # A subquery, not a join: Django turns an UPDATE with a join into "id IN (a select)",
+        # which a second delivery racing this one would pass too (the select saw the piece
+        # claimable); every condition must be on the row the UPDATE writes.
+        running = JobRun.objects.filter(
+            pk=OuterRef("run_id"), status=RunStatus.RUNNING, cancel_requested_at__isnull=True
         )
+        claimable = claimable.filter(Exists(running))
     won = claimable.update(
         status=PieceStatus.RUNNING,
         started_at=DbNow(),

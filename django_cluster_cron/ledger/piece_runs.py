@@ -17,7 +17,7 @@ from collections import Counter
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Exists, F, OuterRef
+from django.db.models import Count, Exists, F, OuterRef
 
 from .. import signals
 from ..dbtime import database_now
@@ -54,30 +54,63 @@ class Settled:
     cancelled: int = 0
 
 
-def _policy_met(run: JobRun, counts: Counter[str], indexes_succeeded: set[int]) -> bool | None:
+class _Tally:
+    """How many of a run's pieces are in given states, each count asked only when the decision
+    needs it (an indexed range of (run, status)): a settle after each of 10,000 pieces must not
+    count all of them each time. Counts are cached for the settle's transaction."""
+
+    def __init__(self, run_id: int) -> None:
+        self.pieces = JobPiece.objects.filter(run_id=run_id, index__gte=0)
+        self._found: dict[tuple[str, ...], int] = {}
+
+    def count(self, *statuses: str) -> int:
+        found = self._found.get(statuses)
+        if found is None:
+            found = self._found[statuses] = self.pieces.filter(status__in=statuses).count()
+        return found
+
+    def any_open(self) -> bool:
+        key = ("open?",)
+        if key not in self._found:
+            self._found[key] = int(self.pieces.filter(status__in=OPEN_PIECE_STATUSES).exists())
+        return bool(self._found[key])
+
+    def forget(self) -> None:
+        self._found.clear()
+
+
+def _policy_met(run: JobRun, tally: _Tally) -> bool | None:
     """Whether the job's success policy is met (True), can no longer be (False), or not yet
     decided (None)."""
     job = run.job
-    succeeded, failed = counts[PieceStatus.SUCCESS], counts[PieceStatus.FAILED]
-    open_ = sum(counts[status] for status in OPEN_PIECE_STATUSES)
-    if PieceSuccess(job.pieces_success) is PieceSuccess.AT_LEAST:
+    policy = PieceSuccess(job.pieces_success)
+    if policy is PieceSuccess.AT_LEAST:
         need = job.pieces_success_count or run.piece_count
+        succeeded = tally.count(PieceStatus.SUCCESS)
         if succeeded >= need:
             return True
-        return False if succeeded + open_ < need else None
-    if PieceSuccess(job.pieces_success) is PieceSuccess.REQUIRED:
+        return False if succeeded + tally.count(*OPEN_PIECE_STATUSES) < need else None
+    if policy is PieceSuccess.REQUIRED:
         required = {int(i) for i in job.pieces_required or ()}
-        if required <= indexes_succeeded:
+        done = tally.pieces.filter(index__in=required, status=PieceStatus.SUCCESS).count()
+        if done == len(required):
             return True
-        return None if open_ else False
-    if open_:
+        return None if tally.any_open() else False
+    if tally.any_open():
         return None
-    return failed <= job.max_failed_pieces and counts[PieceStatus.CANCELLED] == 0
+    failed = tally.count(PieceStatus.FAILED)
+    return failed <= job.max_failed_pieces and tally.count(PieceStatus.CANCELLED) == 0
 
 
 def _counts(run_id: int) -> Counter[str]:
-    rows = JobPiece.objects.filter(run_id=run_id, index__gte=0).values_list("status", flat=True)
-    return Counter(str(status) for status in rows)
+    """Every state's count among the run's pieces (one grouped count: for its close)."""
+    rows = (
+        JobPiece.objects.filter(run_id=run_id, index__gte=0)
+        .values("status")
+        .annotate(n=Count("pk"))
+        .order_by()
+    )
+    return Counter({str(row["status"]): int(row["n"]) for row in rows})
 
 
 def settle(run_id: int) -> Settled:
@@ -94,39 +127,33 @@ def settle(run_id: int) -> Settled:
         if run is None:
             return Settled()
         job = run.job
-        counts = _counts(run_id)
-        indexes = set()
-        if PieceSuccess(job.pieces_success) is PieceSuccess.REQUIRED:
-            indexes = set(
-                JobPiece.objects.filter(
-                    run_id=run_id, index__in=job.pieces_required or [], status=PieceStatus.SUCCESS
-                ).values_list("index", flat=True)
-            )
-        met = _policy_met(run, counts, indexes)
-        over = counts[PieceStatus.FAILED] > job.max_failed_pieces
+        tally = _Tally(run_id)
+        failed = tally.count(PieceStatus.FAILED)
+        over = failed > job.max_failed_pieces
+        met = None if over else _policy_met(run, tally)
         stopping = run.cancel_requested_at is not None
         cancelled = 0
         if over or stopping or met is not None:
             why = (
                 "its run was cancelled"
                 if stopping
-                else f"its run failed: {counts[PieceStatus.FAILED]} pieces failed"
+                else f"its run failed: {failed} pieces failed"
                 if over or met is False
                 else "its run succeeded without it"
             )
             cancelled = cancel_pieces(run, why, by=run.cancel_requested_by or "its run's policy")
-            counts = _counts(run_id)
-        if any(counts[status] for status in OPEN_PIECE_STATUSES):
+            tally.forget()
+        if tally.any_open():
             if over or stopping or met is not None:
                 return Settled(run=run, cancelled=cancelled)
             return Settled(send=release(run, database_now()), run=run)
         if stopping:
             status = RunStatus.CANCELLED
-        elif over or not met:
+        elif over or not (met or _policy_met(run, tally)):
             status = RunStatus.FAILED
         else:
             status = RunStatus.SUCCESS
-        completion = close_run(run, status, counts)
+        completion = close_run(run, status, _counts(run_id))
         if completion is None:
             return Settled(run=run, cancelled=cancelled)
         return Settled(closed=str(status), send=completion, run=run, cancelled=cancelled)

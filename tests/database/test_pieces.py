@@ -470,3 +470,26 @@ def test_a_completion_task_of_the_other_system_is_refused():
     with pytest.raises(ValidationError) as found:
         job.full_clean()
     assert "own execution system" in str(found.value.message_dict["on_complete"])
+
+
+def test_the_piece_claim_is_one_conditional_update_on_the_piece_row():
+    """Every condition of the claim is on the row it writes (a join would make Django write
+    ``id IN (SELECT …)``, which two racing deliveries could both pass)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from tests.support.jobs import apply_own_task
+
+    split_job(pieces=1)
+    [run] = run_due(AFTER, execute=False)
+    apply_own_task(run)
+    piece = JobPiece.objects.get(run=run, index=0)
+    with CaptureQueriesContext(connection) as queries:
+        assert piece_moves.claim_piece(run.pk, 0, piece.task_id, 1, "w:1", "t", "solo")
+    [update] = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("UPDATE")]
+    table = JobPiece._meta.db_table
+    assert f"{connection.ops.quote_name(table)}.{connection.ops.quote_name('status')} IN" in (
+        update
+    ), update
+    assert "IN (SELECT" not in update.upper(), update
+    assert not piece_moves.claim_piece(run.pk, 0, piece.task_id, 1, "w:2", "t2", "solo")
