@@ -16,7 +16,7 @@ import dataclasses
 from collections import Counter
 from typing import Any
 
-from django.db import transaction
+from django.db import connections, router, transaction
 from django.db.models import Count, Exists, F, OuterRef
 
 from .. import signals
@@ -113,13 +113,30 @@ def _counts(run_id: int) -> Counter[str]:
     return Counter({str(row["status"]): int(row["n"]) for row in rows})
 
 
+def _locking_run() -> Any:
+    """Runs read under their row lock — only the run's row where the database can say so (a
+    job's row locked by every settle would queue the scheduler's writes to it behind them)."""
+    connection = connections[router.db_for_write(JobRun)]
+    if connection.features.has_select_for_update_of:
+        return JobRun.objects.select_for_update(of=("self",))
+    return JobRun.objects.select_for_update()
+
+
+def may_close(run_id: int) -> bool:
+    """Whether a piece's success could change its run (one indexed look, no lock): never while
+    another piece is open, for a job whose success policy is "all" and that holds no piece
+    back. A piece that ends last sees every other end (each looks after its own is written),
+    so it settles the run; the leader's sweep settles any run left open."""
+    return not JobPiece.objects.filter(run_id=run_id, status__in=OPEN_PIECE_STATUSES).exists()
+
+
 def settle(run_id: int) -> Settled:
     """Decide what the run's pieces make of it, under its row lock (see the module): cancel the
     pieces not started once its fate is decided, close it when none is open, or release the
     next pieces its parallel cap allows."""
     with transaction.atomic():
         run = (
-            JobRun.objects.select_for_update()
+            _locking_run()
             .select_related("job")
             .filter(pk=run_id, status=RunStatus.RUNNING, piece_count__gt=0)
             .first()
@@ -146,7 +163,7 @@ def settle(run_id: int) -> Settled:
         if tally.any_open():
             if over or stopping or met is not None:
                 return Settled(run=run, cancelled=cancelled)
-            return Settled(send=release(run, database_now()), run=run)
+            return Settled(send=release(run), run=run)
         if stopping:
             status = RunStatus.CANCELLED
         elif over or not (met or _policy_met(run, tally)):

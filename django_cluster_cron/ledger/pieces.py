@@ -123,7 +123,7 @@ def split(run: JobRun, keys: Sequence[Any] | None, count: int) -> list[OutboxMes
     return [piece_message(run, piece) for piece in sent]
 
 
-def release(run: JobRun, now: datetime) -> list[JobPiece]:
+def release(run: JobRun) -> list[JobPiece]:
     """Mark the next waiting pieces of ``run`` ``queued``, as many as its parallel cap leaves
     room for, lowest index first; the caller holds the run's row lock and sends them after the
     commit. The pieces marked."""
@@ -142,7 +142,7 @@ def release(run: JobRun, now: datetime) -> list[JobPiece]:
     )
     if not waiting:
         return []
-    republish = _republish_at(now, 1)
+    republish = _republish_at(database_now(), 1)
     JobPiece.objects.filter(pk__in=waiting, status=PieceStatus.PENDING).update(
         status=PieceStatus.QUEUED,
         queued_at=DbNow(),

@@ -195,7 +195,9 @@ class Migration(migrations.Migration):
                     models.Index(
                         fields=["status", "republish_at"], name="cluster_cron_piece_resend"
                     ),
-                    models.Index(fields=["run", "status"], name="cluster_cron_piece_run_status"),
+                    models.Index(
+                        fields=["run", "status", "index"], name="cluster_cron_piece_run_status"
+                    ),
                 ],
                 "constraints": [
                     models.UniqueConstraint(

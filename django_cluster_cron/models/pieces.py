@@ -184,8 +184,9 @@ class JobPiece(models.Model):
             # The leader's sweeps: silent running pieces, messages to send again.
             models.Index(fields=["status", "heartbeat_at"], name="cluster_cron_piece_beat"),
             models.Index(fields=["status", "republish_at"], name="cluster_cron_piece_resend"),
-            # A run's pieces by state (its progress, the closing update).
-            models.Index(fields=["run", "status"], name="cluster_cron_piece_run_status"),
+            # A run's pieces by state, in index order (its progress, what to send next, the
+            # closing update: every count a settle asks is a range of it).
+            models.Index(fields=["run", "status", "index"], name="cluster_cron_piece_run_status"),
         ]
 
     def __str__(self) -> str:

@@ -31,6 +31,7 @@ from ..core.retry import retry_delay
 from ..dispatch import send_pieces, settle_pieces
 from ..djtasks_app import resolve_task
 from ..ledger import piece_moves
+from ..ledger.piece_runs import may_close
 from ..ledger.pieces import piece_message, split
 from ..models import COMPLETION, MAX_PIECES, JobPiece, JobRun, PieceInfo, PieceStatus, RunCancelled
 from ..ops import metrics
@@ -157,7 +158,10 @@ def carry_out_piece(
             outcome = delivery.judge(exc) or failure(exc)
     status = with_fresh_connection(lambda: _record_piece(delivery, piece, timer, outcome))
     if status is not None and status != PieceStatus.RETRYING and piece.index != COMPLETION:
-        _settle(delivery, run)
+        job = run.job
+        plain = job.pieces_success == "all" and job.max_parallel_pieces is None
+        if status != PieceStatus.SUCCESS or not plain or may_close(run.pk):
+            _settle(delivery, run)
     return outcome, status
 
 
