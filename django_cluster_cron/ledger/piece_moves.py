@@ -16,18 +16,18 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Exists, F, OuterRef
+from django.db.models import F
 
 from ..dbtime import DbNow
 from ..models import (
     CLAIMABLE_PIECE_STATUSES,
-    COMPLETION,
     JobPiece,
     JobRun,
     PieceStatus,
     RunStatus,
     WorkerLostPolicy,
 )
+from . import piece_statements
 from .fence import Fence
 from .pieces import _republish_at
 from .transitions import ERROR_LIMIT, RESULT_LIMIT, TRACE_LIMIT
@@ -54,53 +54,41 @@ def claim_piece(
     run_id: int, index: int, task_id: str, attempt: int, worker: str, token: str, pool: str
 ) -> JobPiece | None:
     """Take the piece for this delivery if it is still claimable at this attempt (one delivery
-    can win); the piece with its run and job, or None."""
-    claimable = JobPiece.objects.filter(
-        run_id=run_id,
-        index=index,
-        task_id=task_id,
-        attempt=attempt,
-        status__in=CLAIMABLE_PIECE_STATUSES,
-    )
-    if index != COMPLETION:  # a piece runs only while its run does and is not asked to stop
-        # A subquery, not a join: Django turns an UPDATE with a join into "id IN (a select)",
-        # which a second delivery racing this one would pass too (the select saw the piece
-        # claimable); every condition must be on the row the UPDATE writes.
-        running = JobRun.objects.filter(
-            pk=OuterRef("run_id"), status=RunStatus.RUNNING, cancel_requested_at__isnull=True
-        )
-        claimable = claimable.filter(Exists(running))
-    won = claimable.update(
-        status=PieceStatus.RUNNING,
-        started_at=DbNow(),
-        heartbeat_at=DbNow(),
-        worker=worker[:255],
-        worker_pool=pool[:32],
-        claim_token=token,
-        finished_at=None,
-        duration=None,
-        retry_at=None,
-    )
-    if not won:
-        return None
-    found: JobPiece = JobPiece.objects.select_related("run__job").get(run_id=run_id, index=index)
-    return found
+    can win), while its run runs and is not asked to stop (a completion message: whatever its
+    run's state); the piece with its run and job, or None. One conditional UPDATE, every
+    condition on the piece's row (:mod:`.piece_statements`)."""
+    return piece_statements.claim(run_id, index, task_id, attempt, worker, token, pool)
 
 
 def finish_piece(piece: JobPiece, status: str, fields: dict[str, Any]) -> bool:
     """``running`` → ``status`` (success, failed, retrying or cancelled) with ``fields``, if the
     piece still runs at its attempt (a late finish after it was declared lost changes nothing);
     a retry's ``fields`` come from :func:`next_piece_attempt`. The instance takes them once
-    written."""
+    written. An end (not a retry) is the compiled statement of :mod:`.piece_statements`."""
     fields = {**fields}
-    for name, limit in (("error", ERROR_LIMIT), ("traceback", TRACE_LIMIT)):
+    for name, limit in (
+        ("error", ERROR_LIMIT),
+        ("traceback", TRACE_LIMIT),
+        ("result", RESULT_LIMIT),
+    ):
         if name in fields:
             fields[name] = fields[name][:limit]
-    if "result" in fields:
-        fields["result"] = fields["result"][:RESULT_LIMIT]
-    written = JobPiece.objects.filter(
-        pk=piece.pk, attempt=piece.attempt, status=PieceStatus.RUNNING
-    ).update(status=PieceStatus(status), finished_at=DbNow(), **fields)
+    if status == PieceStatus.RETRYING:
+        written = JobPiece.objects.filter(
+            pk=piece.pk, attempt=piece.attempt, status=PieceStatus.RUNNING
+        ).update(status=PieceStatus.RETRYING, finished_at=DbNow(), **fields)
+    else:
+        fields.setdefault("result", "")
+        fields.setdefault("error", "")
+        fields.setdefault("traceback", "")
+        written = piece_statements.end(
+            piece,
+            status,
+            duration=fields.get("duration") or timedelta(0),
+            result=fields["result"],
+            error=fields["error"],
+            trace=fields["traceback"],
+        )
     if written:
         piece.status = PieceStatus(status)
         for name, value in fields.items():

@@ -30,7 +30,7 @@ from ..models import (
     PieceSuccess,
     RunStatus,
 )
-from . import failures
+from . import failures, piece_statements
 from .piece_moves import cancel_pieces
 from .pieces import _republish_at, piece_task_id, release
 from .transitions import ERROR_LIMIT
@@ -127,7 +127,7 @@ def may_close(run_id: int) -> bool:
     another piece is open, for a job whose success policy is "all" and that holds no piece
     back. A piece that ends last sees every other end (each looks after its own is written),
     so it settles the run; the leader's sweep settles any run left open."""
-    return not JobPiece.objects.filter(run_id=run_id, status__in=OPEN_PIECE_STATUSES).exists()
+    return not piece_statements.any_open(run_id)
 
 
 def settle(run_id: int) -> Settled:

@@ -79,7 +79,7 @@ def _column_name(field: Field[Any, Any]) -> str:
 _PLAIN_FROM_DB = {getattr(m.from_db, "__func__", None) for m in (Model, JobDefinition)}
 
 
-class _Columns:
+class Columns:
     """One model's concrete columns as SQL, and how to turn a row slice into an instance."""
 
     def __init__(self, model: type[Model], connection: BaseDatabaseWrapper) -> None:
@@ -135,8 +135,8 @@ class _Statements:
     def __init__(self, connection: BaseDatabaseWrapper) -> None:
         quote = connection.ops.quote_name
         self.vendor = connection.vendor
-        self.run = _Columns(JobRun, connection)
-        self.job = _Columns(JobDefinition, connection)
+        self.run = Columns(JobRun, connection)
+        self.job = Columns(JobDefinition, connection)
         compiler = JobRun.objects.none().query.get_compiler(connection=connection)
         now, now_params = compiler.compile(DbNow())
         if now_params:  # pragma: no cover - no backend we support puts parameters in it
@@ -280,9 +280,15 @@ def reset_connection() -> None:
         connections[alias].close()
 
 
-def _for(using: str | None = None) -> tuple[BaseDatabaseWrapper, _Statements]:
+def worker_connection(using: str | None = None) -> tuple[str, BaseDatabaseWrapper]:
+    """The connection the worker's statements run on: the thread's own in a worker process
+    (Celery's Django fixup closes Django's around every task), else Django's."""
     alias = using or router.db_for_write(JobRun)
-    connection = own_connection(alias) if own_connection_in_use() else connections[alias]
+    return alias, own_connection(alias) if own_connection_in_use() else connections[alias]
+
+
+def _for(using: str | None = None) -> tuple[BaseDatabaseWrapper, _Statements]:
+    alias, connection = worker_connection(using)
     key = (alias, connection.vendor)
     found = _statements.get(key)
     if found is None:

@@ -203,3 +203,25 @@ def test_a_failed_piece_retried_through_the_api_completes_its_run(cluster, admin
     assert failed.startswith(f"complete:{run.pk}:failed:"), failed
     assert "failed=1" in failed, failed
     assert succeeded == f"complete:{run.pk}:success:success=6"
+
+
+def test_a_worker_does_not_open_a_database_connection_per_piece(cluster):
+    # As for runs (tests/cluster/test_worker_processes.py): Celery's Django fixup closes the
+    # worker thread's connections around every task; a piece's claim, end and look at its run
+    # run on the connection of the worker's own.
+    from django_cluster_cron import actions
+
+    cluster.worker("w1", TEST_LOG_DB_CONNECTIONS="1")
+    cluster.wait_ready("w1")
+    job = make_job(task="tests.add", args=[1, 2], pieces=30)  # a body that opens none itself
+    run = actions.run_now(job, by="a test")
+    wait_for(
+        lambda: JobRun.objects.filter(pk=run.pk, status=RunStatus.SUCCESS).exists(),
+        90,
+        "the run of 30 pieces to succeed",
+        detail=lambda: cluster.log("w1")[-3000:],
+    )
+    opened = cluster.log("w1").count("seen db_connection")
+    # Start-up, the worker's own connection, the heartbeat thread's, the split's and the last
+    # piece's settle (through the ORM): a handful, not one a piece.
+    assert opened <= 6, cluster.log("w1")
