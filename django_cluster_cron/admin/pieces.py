@@ -98,15 +98,23 @@ class RunPieces:
         retry = self.admin_site.admin_view(self.retry_pieces_view)
         return [path("<int:pk>/retry-pieces/", retry, name="django_cluster_cron_run_retry_pieces")]
 
-    def retry_pieces_view(self, request: HttpRequest, pk: int) -> HttpResponse:
-        """POST: retry the failed piece ``index`` (every failed piece without one)."""
-        if not self.has_retry_permission(request):
+    def posted_run(self, request: HttpRequest, pk: int, allowed: bool) -> JobRun | HttpResponse:
+        """The run a button of its page acts on: refused without ``allowed`` (403), for a
+        method other than POST (405, the answer returned), for no such run (404)."""
+        if not allowed:
             raise PermissionDenied
         if request.method != "POST":
             return HttpResponseNotAllowed(["POST"])
         run = self.get_object(request, str(pk))
         if run is None:
             raise Http404
+        return run  # type: ignore[no-any-return]
+
+    def retry_pieces_view(self, request: HttpRequest, pk: int) -> HttpResponse:
+        """POST: retry the failed piece ``index`` (every failed piece without one)."""
+        run = self.posted_run(request, pk, self.has_retry_permission(request))
+        if isinstance(run, HttpResponse):
+            return run
         raw = request.POST.get("index", "")
         index = whole_number(raw) if raw else None
         if raw and index is None:

@@ -9,14 +9,11 @@ from typing import Any, cast
 from django.contrib import admin, messages
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.views.main import ChangeList
-from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db.models import Max, Min, QuerySet
 from django.http import (
-    Http404,
     HttpRequest,
     HttpResponse,
-    HttpResponseNotAllowed,
     HttpResponseRedirect,
 )
 from django.urls import path, reverse
@@ -322,13 +319,9 @@ class JobRunAdmin(RunPieces, ReadOnlyAdmin):
         ]
 
     def cancel_view(self, request: HttpRequest, pk: int) -> HttpResponse:
-        if not self.has_cancel_permission(request):
-            raise PermissionDenied
-        if request.method != "POST":
-            return HttpResponseNotAllowed(["POST"])
-        run = self.get_object(request, str(pk))
-        if run is None:
-            raise Http404
+        run = self.posted_run(request, pk, self.has_cancel_permission(request))
+        if isinstance(run, HttpResponse):
+            return run
         try:
             run = self._canceller(request)(run)
         except ActionRefused as exc:

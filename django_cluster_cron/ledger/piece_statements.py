@@ -16,7 +16,6 @@ parameters and, on PostgreSQL, prepared:
 
 from __future__ import annotations
 
-import threading
 from datetime import timedelta
 from typing import Any, cast
 
@@ -36,7 +35,7 @@ from ..models import (
 )
 from .cursors import cursor as _cursor
 from .cursors import execute as _execute
-from .statements import Columns, worker_connection
+from .statements import Columns, compiled
 
 __all__ = ["any_open", "claim", "end"]
 
@@ -135,19 +134,11 @@ class _PieceStatements:
         return piece
 
 
-_lock = threading.Lock()
 _found: dict[tuple[str, str], _PieceStatements] = {}
 
 
 def _for() -> tuple[BaseDatabaseWrapper, _PieceStatements]:
-    alias, connection = worker_connection()
-    key = (alias, connection.vendor)
-    found = _found.get(key)
-    if found is None:
-        with _lock:
-            found = _found.get(key) or _PieceStatements(connection)
-            _found[key] = found
-    return connection, found
+    return compiled(_found, _PieceStatements)
 
 
 def claim(

@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from django.db import connections, router
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -64,6 +64,7 @@ logger = logging.getLogger("django_cluster_cron.worker")
 CLAIMABLE = WAITING_STATUSES
 
 Converter = Callable[[Any, Any, Any], Any]
+T = TypeVar("T")
 
 
 def _columns(model: type[Model]) -> list[Field[Any, Any]]:
@@ -287,15 +288,23 @@ def worker_connection(using: str | None = None) -> tuple[str, BaseDatabaseWrappe
     return alias, own_connection(alias) if own_connection_in_use() else connections[alias]
 
 
-def _for(using: str | None = None) -> tuple[BaseDatabaseWrapper, _Statements]:
-    alias, connection = worker_connection(using)
+def compiled(
+    cache: dict[tuple[str, str], T], build: Callable[[BaseDatabaseWrapper], T]
+) -> tuple[BaseDatabaseWrapper, T]:
+    """The worker's connection, and the statements ``build`` compiles for its alias and vendor
+    (once per process: kept in ``cache``)."""
+    alias, connection = worker_connection()
     key = (alias, connection.vendor)
-    found = _statements.get(key)
+    found = cache.get(key)
     if found is None:
         with _lock:
-            found = _statements.get(key) or _Statements(connection)
-            _statements[key] = found
+            found = cache.get(key) or build(connection)
+            cache[key] = found
     return connection, found
+
+
+def _for() -> tuple[BaseDatabaseWrapper, _Statements]:
+    return compiled(_statements, _Statements)
 
 
 def claim_run(
