@@ -95,6 +95,9 @@ def _policy_met(run: JobRun, tally: _Tally) -> bool | None:
         done = tally.pieces.filter(index__in=required, status=PieceStatus.SUCCESS).count()
         if done == len(required):
             return True
+        ended = (PieceStatus.FAILED, PieceStatus.CANCELLED)  # for good: it can no longer be met
+        if tally.pieces.filter(index__in=required, status__in=ended).exists():
+            return False
         return None if tally.any_open() else False
     if tally.any_open():
         return None

@@ -225,3 +225,53 @@ def test_a_worker_does_not_open_a_database_connection_per_piece(cluster):
     # Start-up, the worker's own connection, the heartbeat thread's, the split's and the last
     # piece's settle (through the ORM): a handful, not one a piece.
     assert opened <= 6, cluster.log("w1")
+
+
+@pytest.mark.parametrize(
+    ("fields", "status", "result"),
+    [
+        (
+            {"max_failed_pieces": 1, "kwargs": {"fail": [1]}},
+            RunStatus.SUCCESS,
+            "3/4 done, 1 failed",
+        ),
+        (
+            {"max_parallel_pieces": 1, "pieces_success": "at_least", "pieces_success_count": 2},
+            RunStatus.SUCCESS,
+            "2/4 done, 2 cancelled",
+        ),
+        (
+            {
+                "max_failed_pieces": 3,
+                "pieces_success": "required",
+                "pieces_required": [0, 2],
+                "max_parallel_pieces": 1,
+                "kwargs": {"fail": [2]},
+            },
+            RunStatus.FAILED,
+            "2/4 done, 1 failed, 1 cancelled",
+        ),
+    ],
+    ids=["all-within-the-cap", "at-least", "required"],
+)
+def test_each_success_policy_ends_the_run_as_documented(cluster, fields, status, result):
+    from django_cluster_cron import actions
+
+    cluster.worker("a")
+    cluster.wait_ready("a")
+    job = make_job(task="tests.piece", args=["policy"], pieces=4, **fields)
+    run = actions.run_now(job, by="a test")
+    wait_for(
+        lambda: (
+            JobRun.objects.filter(pk=run.pk)
+            .exclude(status=RunStatus.RUNNING)
+            .exclude(status=RunStatus.QUEUED)
+            .exists()
+        ),
+        90,
+        "the run to end",
+        detail=lambda: cluster.log("a")[-3000:],
+    )
+    run.refresh_from_db()
+    assert (run.status, run.result) == (status, result), run.error
+    assert not JobPiece.objects.filter(run=run, status__in=OPEN_PIECE_STATUSES).exists()
