@@ -130,6 +130,16 @@ class JobColumns:
             depth,
         )
 
+    @admin.display(description="kept")
+    def retention_shown(self, job: JobDefinition) -> str:
+        """What the ledger keeps of the job, per final status, with the project's defaults
+        under its own overrides (or why its overrides cannot be read)."""
+        try:
+            policy = job.retention_policy()
+        except ValueError as exc:
+            return f"Cannot be applied: {exc}"
+        return policy.describe()
+
     last_scheduled_shown = moment_column("last_scheduled_at", "last scheduled slot")
     created_shown = moment_column("created_at", "created")
     updated_shown = moment_column("updated_at", "updated")

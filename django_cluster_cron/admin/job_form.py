@@ -254,6 +254,9 @@ class JobDefinitionForm(forms.ModelForm):  # type: ignore[type-arg]
         for name, example in (
             ("args", 'a list, such as [1, "two"] (or [] for none)'),
             ("kwargs", 'an object, such as {"limit": 10} (or {} for none)'),
+            ("pieces_required", "a list of piece indexes, such as [0, 3] (or [] for none)"),
+            ("retention", 'an object, such as {"success": 7, "failed": 365} (or nothing)'),
+            ("keep_last", 'a number, such as 10, or an object, such as {"failed": 20}'),
         ):
             field = self.fields.get(name)
             if field is None:  # read-only here, as above

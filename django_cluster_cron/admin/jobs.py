@@ -98,6 +98,7 @@ class JobDefinitionAdmin(JobColumns, JobOperations):
     list_per_page = 50
     readonly_fields = (
         "buffered_shown",
+        "retention_shown",
         "defined_in",
         "upcoming",
         "history_chart",
@@ -166,6 +167,16 @@ class JobDefinitionAdmin(JobColumns, JobOperations):
                     ("pieces_success", "pieces_success_count", "pieces_required"),
                     "on_complete",
                 ),
+            },
+        ),
+        (
+            "Retention",
+            {
+                "classes": ("collapse",),
+                "description": "How long the ledger keeps this job's finished runs; the leader "
+                "prunes what is older, after summing each day up. Runs waiting or running are "
+                "never pruned.",
+                "fields": (("retention", "keep_last"), "retention_shown"),
             },
         ),
         (

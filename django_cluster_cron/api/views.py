@@ -30,7 +30,7 @@ from rest_framework.views import APIView
 
 from .. import actions, audit
 from ..dbtime import DbNow
-from ..models import JobChange, JobDefinition, JobRun, RunStatus
+from ..models import JobChange, JobDefinition, JobRun, RunStatus, RunSummary
 from ..ops.views import recent_health
 from .params import JobPagination, flag, text
 from .parsers import api_parser_classes
@@ -53,6 +53,7 @@ from .serializers import (
     RunNowSerializer,
 )
 from .strict import EmptyBody, printable_errors
+from .summaries import RunSummarySerializer
 
 
 class ModelPermissions(permissions.DjangoModelPermissions):
@@ -188,6 +189,15 @@ class JobViewSet(Audited, viewsets.ModelViewSet):  # type: ignore[type-arg]
         job = self.get_object()
         page = self.paginate_queryset(JobChange.objects.filter(job=job))
         return self.get_paginated_response(JobChangeSerializer(page, many=True).data)
+
+    @extend_schema(responses=RunSummarySerializer(many=True))
+    @action(detail=True, methods=["get"], pagination_class=JobPagination)
+    def summaries(self, request: Request, pk: str | None = None) -> Response:
+        """The job's daily summaries, newest day first: its runs of each day (UTC), summed up
+        before the first of them was pruned."""
+        job = self.get_object()
+        page = self.paginate_queryset(RunSummary.objects.filter(job=job).order_by("-day"))
+        return self.get_paginated_response(RunSummarySerializer(page, many=True).data)
 
     def get_queryset(self) -> QuerySet[JobDefinition]:
         # The due time of a run recorded ahead, if any (the serializer's next_run): one

@@ -19,6 +19,7 @@ from .values import (
     _bool,
     _choice,
     _jobs,
+    _keep_last,
     _markers,
     _monitors,
     _non_negative_duration,
@@ -32,6 +33,7 @@ from .values import (
     _positive_duration,
     _positive_int,
     _positive_seconds,
+    _retention_days,
     _text,
 )
 
@@ -152,7 +154,38 @@ class ClusterCronSettings(SettingsReader):
     DEFAULT_QUEUE = Setting(
         None, _optional_text, "Queue for jobs that name none; None uses Celery's routing."
     )
-    RUN_RETENTION_DAYS = Setting(30, _positive_int, "prune_runs keeps this many days of runs.")
+    RUN_RETENTION_DAYS = Setting(
+        30,
+        _positive_int,
+        "Days the ledger keeps a finished run of any final status RUN_RETENTION names no period "
+        "for (failed and uncertain runs: at least 90).",
+    )
+    RUN_RETENTION = Setting(
+        {},
+        _retention_days,
+        "Days kept per final status over RUN_RETENTION_DAYS, e.g. {'skipped': 7, 'failed': 365}; "
+        "None keeps a status for ever. A job's own retention goes over it.",
+    )
+    RUN_KEEP_LAST = Setting(
+        10,
+        _keep_last,
+        "The newest runs of each job and final status kept however old: a number, or per "
+        "status, e.g. {'failed': 50}. A job's own keep_last goes over it.",
+    )
+    PRUNE_RUNS = Setting(
+        True,
+        _bool,
+        "The leader prunes the ledger itself, in bounded passes (at most one a PRUNE_INTERVAL).",
+    )
+    PRUNE_BATCH_SIZE = Setting(
+        10_000, _positive_int, "The most runs one pruning pass of the leader deletes."
+    )
+    PRUNE_INTERVAL = Setting(
+        60.0, _positive_seconds, "Seconds between two pruning passes of the leader, at least."
+    )
+    SUMMARY_RETENTION_DAYS = Setting(
+        365, _positive_int, "Days the daily summaries of jobs' runs are kept."
+    )
     RUN_HEARTBEAT_INTERVAL = Setting(
         10.0, _positive_seconds, "How often a worker marks a running run as alive, seconds."
     )

@@ -9,6 +9,8 @@ from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any
 
+from ..core.retention import RetentionError, parse_days, parse_keep_last
+
 
 def _positive_seconds(value: object) -> float:
     if isinstance(value, timedelta):
@@ -141,3 +143,19 @@ def _monitors(value: object) -> tuple[dict[str, Any], ...]:
         if not isinstance(sink, str) or not sink.strip():
             raise ValueError(problem)
     return tuple(dict(spec) for spec in value)
+
+
+def _retention_days(value: object) -> dict[str, int | None]:
+    try:
+        return parse_days(value)
+    except RetentionError as exc:
+        raise ValueError(f"an object of final statuses and days ({exc})") from None
+
+
+def _keep_last(value: object) -> dict[str, int]:
+    try:
+        return parse_keep_last(value)
+    except RetentionError as exc:
+        raise ValueError(
+            f"a number of runs, or an object of final statuses and numbers ({exc})"
+        ) from None

@@ -40,6 +40,7 @@ from .pieces import (
     PieceStatus,
     PieceSuccess,
 )
+from .retention import RunSummary
 from .runs import (
     ACTIVE_STATUSES,
     EXECUTING_STATUSES,
@@ -88,6 +89,7 @@ __all__ = [
     "PieceSuccess",
     "RunCancelled",
     "RunStatus",
+    "RunSummary",
     "RunTrigger",
     "SchedulerLease",
     "UncertainPolicy",

@@ -42,6 +42,8 @@ DEFINITION_FIELDS = (
     "pieces_success_count",
     "pieces_required",
     "on_complete",
+    "retention",
+    "keep_last",
 )
 # What a change is recorded for; bookkeeping (next_run_at, the watermark, counters) is not.
 AUDITED_FIELDS = ("name", "enabled", "pause_note", *DEFINITION_FIELDS, "deleted_at")
@@ -75,4 +77,12 @@ BOOKKEEPING_FIELDS = ("next_run_at", "last_scheduled_at")
 # sets them itself.
 CLUSTER_FIELDS = (*BOOKKEEPING_FIELDS, "scheduled_runs", "consecutive_failures")
 # Columns planning and recording never read: not loaded for a batch of due jobs (thousands).
-NOT_PLANNED = ("description", "pause_note", "code_origin", "created_at", "updated_at")
+NOT_PLANNED = (
+    "description",
+    "pause_note",
+    "code_origin",
+    "created_at",
+    "updated_at",
+    "retention",
+    "keep_last",
+)

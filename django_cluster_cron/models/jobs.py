@@ -26,6 +26,7 @@ from .job_rules import JobRules
 from .job_saving import JobSaving
 from .job_saving import next_due_after as next_due_after  # the scheduler's recording imports it
 from .pieces import JobPieces
+from .retention import JobRetention
 
 
 class JobQuerySet(models.QuerySet["JobDefinition"]):
@@ -72,7 +73,7 @@ def exclusion_rules(job: JobDefinition) -> tuple[str, ...]:
     return tuple(rules)
 
 
-class JobDefinition(JobRules, JobSaving, JobPieces):
+class JobDefinition(JobRules, JobSaving, JobPieces, JobRetention):
     name = models.CharField(max_length=200, help_text="Unique name operators know the job by.")
     description = models.TextField(blank=True)
     cron = models.CharField(max_length=200, verbose_name="schedule", help_text=helptexts.CRON)

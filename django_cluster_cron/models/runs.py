@@ -297,6 +297,11 @@ class JobRun(models.Model):
             models.Index(fields=["trigger", "scheduled_for"], name="cluster_cron_run_trigger"),
             # What workers took lately, per queue: the outbox's sign of a moving backlog.
             models.Index(fields=["started_at"], name="cluster_cron_run_started"),
+            # A job's runs of one status, newest first: the pruning's keep_last, a job's page
+            # filtered by status.
+            models.Index(
+                fields=["job", "status", "-scheduled_for"], name="cluster_cron_run_job_status"
+            ),
         ]
 
     def __str__(self) -> str:

@@ -100,6 +100,7 @@ def cluster_health(*, broker: bool = True, now: datetime | None = None) -> Healt
         ("waiting_runs", lambda: check_waiting_runs(now)),
         ("running_runs", lambda: check_running_runs(now)),
         ("clock_skew", lambda: check_clock_skew(status)),
+        ("pruning", lambda: check_pruning(status)),
         ("declared_jobs", check_declared_jobs),
     ]
     if broker:
@@ -212,6 +213,34 @@ def check_running_runs(now: datetime) -> Check:
         WARN,
         f"a running run has not beaten for {silent:.0f} s (being recovered)",
         silent,
+    )
+
+
+def check_pruning(status: ClusterStatus) -> Check:
+    """Runs past their retention, as the leader's last pruning pass measured them: the oldest one
+    past twice its period means pruning fell behind (the passes cannot keep up, fail, or are off
+    with no ``prune_runs`` in their place). No query: the leader's report says it."""
+    report = status.leader_report
+    found = None if report is None else report.get("prunable")
+    if found is None:
+        return Check("pruning", OK, "not measured yet by this leader")
+    if not found:
+        return Check("pruning", OK, "no run is past its retention", 0.0)
+    age, days = float(found["age"]), int(found["days"])
+    shown = age / 86_400
+    if age > 2 * days * 86_400:
+        return Check(
+            "pruning",
+            WARN,
+            f"pruning is behind: the oldest run past its retention is {shown:.1f} days old, "
+            f"more than twice its {days} days",
+            age,
+        )
+    return Check(
+        "pruning",
+        OK,
+        f"the oldest run past its retention ({days} days) is {shown:.1f} days old",
+        age,
     )
 
 

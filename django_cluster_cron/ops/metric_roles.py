@@ -53,6 +53,9 @@ class SchedulerMetrics:
     oldest_pending: Any
     armed: Any
     clock_offset: Any
+    runs_pruned: Any
+    prunable_age: Any
+    prunable_retention: Any
 
     def __init__(self) -> None:
         from prometheus_client import Counter, Gauge, Histogram
@@ -133,6 +136,23 @@ class SchedulerMetrics:
             "This host's clock minus the database server's, as the scheduler last measured it.",
             ["node"],
             multiprocess_mode="liveall",
+        )
+        self.runs_pruned = Counter(
+            "cluster_cron_runs_pruned",
+            "Finished runs the leader's pruning deleted (past their retention), by status.",
+            ["status"],
+        )
+        self.prunable_age = Gauge(
+            "cluster_cron_prunable_oldest_age_seconds",
+            "Age of the slot of the oldest run past its retention still in the ledger (0 if "
+            "none), as the leader's last pruning pass found it.",
+            multiprocess_mode="livemax",
+        )
+        self.prunable_retention = Gauge(
+            "cluster_cron_prunable_oldest_retention_seconds",
+            "The retention of that oldest prunable run's status (0 if none): pruning is behind "
+            "when the age passes twice it.",
+            multiprocess_mode="livemax",
         )
 
 

@@ -56,6 +56,8 @@ logger = logging.getLogger("django_cluster_cron.scheduler")
 # A leader whose statements, or publishes, have kept failing this long (seconds: from the first
 # failure to the latest) gives the lease up.
 RESIGN_AFTER = 1.0
+# How long a stopping scheduler waits for its pruning pass under way.
+PRUNE_JOIN = 10.0
 
 
 class Scheduler:
@@ -176,6 +178,9 @@ class Scheduler:
             with contextlib.suppress(DatabaseError, FencedOut):
                 self.sender.mark_sent()
             self.term.release("shutdown")
+        # After the release (a pass under way does not hold the next leader back longer than
+        # its own transaction): a pass that has begun ends, committed or fenced out.
+        self.sweeps.pruner.join(PRUNE_JOIN)
         self.sleeper.close()
         logger.info("scheduler.stopped node=%s", self.node_id)
 
@@ -190,6 +195,7 @@ class Scheduler:
             lag=self.last_lag,
             clock_offset=None if offset is None else offset.total_seconds(),
             clock_skewed=self.clock_watch.skewed,
+            prunable=self.sweeps.pruner.found if self.is_leader else None,
         )
         if reported is False and self.is_leader:
             # The report goes where the lease lives: prove the lease now rather than at the next

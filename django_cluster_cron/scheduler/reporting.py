@@ -34,6 +34,7 @@ class Reporter:
         lag: float | None,
         clock_offset: float | None,
         clock_skewed: bool,
+        prunable: dict[str, float] | None = None,
     ) -> bool | None:
         """Report if the interval has passed: whether the report was written (None: not due).
         Reports go where the leases live, so a failed one says the lease's backend failed."""
@@ -49,6 +50,7 @@ class Reporter:
             "lag": lag,
             "clock_offset": clock_offset,
             "clock_skewed": clock_skewed,
+            "prunable": prunable,
             "host": socket.gethostname(),
             "pid": os.getpid(),
         }

@@ -16,6 +16,8 @@
   failed like a run; a piece sent and not taken by its ``republish_at`` is sent again; and each
   run not closed is settled (the next pieces within its parallel cap, or closed when all have
   ended, its completion message sent once), should the worker of its last piece have died first.
+* **Pruning** (at most every ``PRUNE_INTERVAL``, on a thread of its own) — finished runs past
+  their retention go, each day summed up first (:mod:`.pruning`).
 * **Cancels past their grace** (every heartbeat interval) — a run asked to stop that still runs
   ``cancel_grace`` after the request, on a pool that can terminate it, becomes ``terminating``
   and its worker is asked to stop it with SIGTERM (Celery's ``revoke(terminate=True)``); one
@@ -39,6 +41,7 @@ from ..ledger.pieces import piece_message
 from ..models import JobRun, PieceStatus, RunStatus
 from ..ops import metrics
 from .leadership import Term
+from .pruning import Pruner
 from .publishing import Publisher
 
 logger = logging.getLogger("django_cluster_cron.scheduler")
@@ -70,6 +73,7 @@ class Sweeps:
         self.due_at = 0.0
         self.cancels_due_at = 0.0
         self.killed: set[int] = set()  # runs this node sent SIGKILL for (once each)
+        self.pruner = Pruner(term=term, clock=clock)
 
     def sweep_if_due(self) -> None:
         if time.monotonic() >= self.due_at:
@@ -81,6 +85,7 @@ class Sweeps:
             self.stop_overdue()
             self.release_buffers()
             self.cancels_due_at = time.monotonic() + app_settings.RUN_HEARTBEAT_INTERVAL
+        self.pruner.start_if_due()
 
     def release_buffers(self) -> None:
         """Send the next run a job holds back once nothing of it runs ahead (a worker that

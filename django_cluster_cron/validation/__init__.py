@@ -25,6 +25,7 @@ from ..core.errors import ScheduleError
 from ..core.exclusions import ExcludingSchedule, parse_exclusions
 from ..core.kinds import Schedule
 from ..core.overlap import OverlapPolicy
+from ..core.retention import RetentionError, parse_days, parse_keep_last
 from ..core.schedules import validate_schedule, validate_timezone
 from .jsontypes import json_type
 from .pieces import piece_errors
@@ -342,6 +343,11 @@ def definition_errors(job: Any, now: datetime) -> dict[str, list[ValidationError
     for field, found in piece_errors(job).items():
         if field not in errors:
             errors.setdefault(field, []).extend(found)
+    for field, parse in (("retention", parse_days), ("keep_last", parse_keep_last)):
+        try:
+            parse(getattr(job, field, None))
+        except RetentionError as exc:
+            errors.setdefault(field, []).append(ValidationError(str(exc), code="invalid_retention"))
     return errors
 
 

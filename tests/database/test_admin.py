@@ -47,6 +47,8 @@ VALID = {
     "pieces_success_count": "",
     "pieces_required": "[]",
     "on_complete": "",
+    "retention": "",
+    "keep_last": "",
 }
 
 

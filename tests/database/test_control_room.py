@@ -446,10 +446,11 @@ def test_prune_runs_deletes_old_finished_runs_and_keeps_active_ones():
     add_runs(job, [RunStatus.SUCCESS] * 7 + [RunStatus.QUEUED], start=old)
     add_runs(job, [RunStatus.SUCCESS] * 2, start=timezone.now() - timedelta(days=1))
     out = io.StringIO()
-    call_command("prune_runs", "--dry-run", stdout=out)
-    assert "7 runs" in out.getvalue()
+    # keep_last 0: the newest runs of the job are not kept beyond the period.
+    call_command("prune_runs", "--dry-run", "--keep-last", "0", stdout=out)
+    assert "7 runs would be deleted: 7 success." in out.getvalue()
     out = io.StringIO()
-    call_command("prune_runs", "--batch-size", "3", stdout=out)
+    call_command("prune_runs", "--batch-size", "3", "--keep-last", "0", stdout=out)
     assert "Deleted 7 runs" in out.getvalue()
     assert "100%" in out.getvalue()
     assert JobRun.objects.count() == 3

@@ -18,7 +18,14 @@ from django.dispatch import Signal
 
 from django_cluster_cron import signals
 from django_cluster_cron.conf import DEFAULTS
-from django_cluster_cron.models import JobDefinition, JobPiece, JobRun, RunStatus, RunTrigger
+from django_cluster_cron.models import (
+    JobDefinition,
+    JobPiece,
+    JobRun,
+    RunStatus,
+    RunSummary,
+    RunTrigger,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -169,7 +176,9 @@ def test_every_signal_is_documented_with_its_arguments():
 # -- models -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("model", [JobDefinition, JobRun, JobPiece], ids=lambda m: m.__name__)
+@pytest.mark.parametrize(
+    "model", [JobDefinition, JobRun, JobPiece, RunSummary], ids=lambda m: m.__name__
+)
 def test_every_model_field_is_documented(model):
     text = section(page("reference/models.md"), f"`{model.__name__}`")
     fields = {f.name for f in model._meta.concrete_fields if not f.primary_key}

@@ -88,6 +88,7 @@ def test_a_cluster_with_a_ticking_leader_is_healthy(leader):
         "waiting_runs",
         "running_runs",
         "clock_skew",
+        "pruning",
         "declared_jobs",
         "broker",
     ]

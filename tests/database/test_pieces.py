@@ -347,7 +347,7 @@ def test_prune_runs_deletes_a_run_with_its_pieces_and_counts_runs():
     [run] = run_due(AFTER)
     JobRun.objects.filter(pk=run.pk).update(scheduled_for=AFTER - timedelta(days=400))
     out = io.StringIO()
-    call_command("prune_runs", "--days", "30", "--no-progress", stdout=out)
+    call_command("prune_runs", "--days", "30", "--keep-last", "0", "--no-progress", stdout=out)
     assert "Deleted 1 runs" in out.getvalue()
     assert not JobPiece.objects.exists()
 

@@ -1,0 +1,330 @@
+"""Pruning the ledger: each job's finished runs go once past their status's period, the newest
+``keep_last`` of each status stay however old, and each day is summed up before the first of its
+runs goes.
+
+One pass (:func:`prune`) takes at most ``limit`` runs, oldest slots first, status by status and
+policy by policy (the jobs with no retention of their own share one statement per status), in one
+transaction: under the leader's fence when the leader prunes (a deposed leader's pass writes
+nothing), a plain one when an operator does (``prune_runs``). In that transaction, before
+deleting, every (job, day) the batch touches gets its :class:`~django_cluster_cron.models.
+RunSummary` from all of that day's runs still in the ledger, if it has none; a day summed up
+already gains the runs recorded after its summary (a backfill of an old range) as they go.
+Runs waiting or running are never pruned. Deletes name their rows by id, and a run's pieces go
+with it; no delete signal is sent.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from datetime import date, datetime, time, timedelta, timezone
+from typing import Any, cast
+
+from django.db import models, transaction
+from django.db.models import F, OuterRef, Q, Subquery
+
+from ..conf import app_settings
+from ..core.retention import FINAL, Retention, resolve
+from ..models import JobDefinition, JobPiece, JobRun, RunSummary
+from .fence import Fence
+
+logger = logging.getLogger("django_cluster_cron.scheduler")
+
+__all__ = ["Group", "Oldest", "Pruned", "groups", "oldest_prunable", "prune", "sum_up"]
+
+# Ids per DELETE statement (and per IN list): small enough for every database's limits.
+CHUNK = 2000
+# Jobs whose day is summed up per query.
+JOBS_PER_QUERY = 200
+ARCHIVED_FIELDS = [f.attname for f in JobRun._meta.concrete_fields]
+
+
+@dataclass(frozen=True)
+class Group:
+    """The runs of one final status that one policy governs: those of ``jobs`` (None: every
+    job but ``others``, the jobs with a retention of their own), older than ``days`` (None: kept
+    for ever), beyond the newest ``keep`` of their job."""
+
+    status: str
+    days: int | None
+    keep: int
+    jobs: tuple[int, ...] | None = None
+    others: tuple[int, ...] = ()
+
+    def runs(self, now: datetime) -> models.QuerySet[JobRun]:
+        """This group's runs that may go at ``now`` (none for a status kept for ever)."""
+        if self.days is None:
+            return cast("models.QuerySet[JobRun]", JobRun.objects.none())
+        runs = JobRun.objects.filter(
+            status=self.status, scheduled_for__lt=now - timedelta(days=self.days)
+        )
+        if self.jobs is not None:
+            runs = runs.filter(job_id__in=self.jobs)
+        elif self.others:
+            runs = runs.exclude(job_id__in=self.others)
+        if self.keep:
+            # The job's keep-th newest run of this status: older ones may go (a job with fewer
+            # keeps them all: the comparison with NULL holds for none).
+            newest = (
+                JobRun.objects.filter(job_id=OuterRef("job_id"), status=self.status)
+                .order_by("-scheduled_for")
+                .values("scheduled_for")[self.keep - 1 : self.keep]
+            )
+            runs = runs.annotate(kept_from=Subquery(newest)).filter(
+                scheduled_for__lt=F("kept_from")
+            )
+        return cast("models.QuerySet[JobRun]", runs)
+
+
+def groups(*, days: int | None = None, keep_last: int | None = None) -> list[Group]:
+    """The groups of the ledger's finished runs, one per status and distinct policy. ``days``
+    and ``keep_last`` (an operator's ``prune_runs --days/--keep-last``) replace every job's
+    periods and counts."""
+    default = resolve(
+        default_days=app_settings.RUN_RETENTION_DAYS,
+        by_status=app_settings.RUN_RETENTION,
+        keep_last=app_settings.RUN_KEEP_LAST,
+    )
+    if days is not None:
+        default = Retention(dict.fromkeys(FINAL, days), default.keep_last)
+    if keep_last is not None:
+        default = Retention(default.days, dict.fromkeys(FINAL, keep_last))
+    own: dict[tuple[str, int | None, int], list[int]] = defaultdict(list)
+    others: list[int] = []
+    if days is None or keep_last is None:
+        overriding = JobDefinition.all_objects.filter(
+            Q(retention__isnull=False) | Q(keep_last__isnull=False)
+        ).values_list("pk", "retention", "keep_last")
+        for pk, job_days, job_keep in overriding:
+            if not job_days and job_keep is None:
+                continue  # an empty object: the project's
+            others.append(pk)
+            try:
+                policy = resolve(
+                    default_days=app_settings.RUN_RETENTION_DAYS,
+                    by_status=app_settings.RUN_RETENTION,
+                    keep_last=app_settings.RUN_KEEP_LAST,
+                    job_days=job_days if days is None else None,
+                    job_keep_last=job_keep if keep_last is None else None,
+                )
+            except ValueError as exc:  # a row saved around validation: its runs are kept
+                logger.warning("prune.bad_retention job=%s error=%s", pk, exc)
+                continue
+            for status in FINAL:
+                period = policy.days[status] if days is None else days
+                kept = policy.keep(status) if keep_last is None else keep_last
+                own[(status, period, kept)].append(pk)
+    found = [
+        Group(status, default.days[status], default.keep(status), None, tuple(others))
+        for status in FINAL
+    ]
+    found.extend(
+        Group(status, period, kept, tuple(jobs)) for (status, period, kept), jobs in own.items()
+    )
+    return [group for group in found if group.days is not None]
+
+
+@dataclass
+class Pruned:
+    """What one pass (or a command's passes) deleted, per status, and the summaries it wrote."""
+
+    by_status: Counter[str] = field(default_factory=Counter)
+    summaries: int = 0
+    summaries_dropped: int = 0
+    full: bool = False  # the pass took as many runs as it could: more may be waiting
+
+    @property
+    def runs(self) -> int:
+        return sum(self.by_status.values())
+
+    def add(self, other: Pruned) -> None:
+        self.by_status.update(other.by_status)
+        self.summaries += other.summaries
+        self.summaries_dropped += other.summaries_dropped
+        self.full = other.full
+
+
+def prune(
+    *,
+    now: datetime,
+    limit: int,
+    fence: Fence | None = None,
+    days: int | None = None,
+    keep_last: int | None = None,
+    archive: Callable[[list[dict[str, Any]]], None] | None = None,
+) -> Pruned:
+    """One pass: up to ``limit`` runs that may go at ``now`` (see the module), their days summed
+    up first, in one transaction (fenced when ``fence`` is given: ``FencedOut`` and nothing
+    written if its term is over). ``archive`` gets each run's columns before it goes."""
+    found = groups(days=days, keep_last=keep_last)
+    scope: AbstractContextManager[Any] = (
+        fence.transaction(now) if fence is not None else transaction.atomic()
+    )
+    pruned = Pruned()
+    with scope:
+        batch: list[tuple[int, int, str, datetime, datetime]] = []
+        for group in found:
+            left = limit - len(batch)
+            if left <= 0:
+                break
+            batch.extend(
+                group.runs(now)
+                .order_by("scheduled_for")
+                .values_list("pk", "job_id", "status", "scheduled_for", "created_at")[:left]
+            )
+        pruned.full = len(batch) >= limit
+        if batch:
+            pruned.summaries = sum_up(batch, now=now)
+            ids = [row[0] for row in batch]
+            if archive is not None:
+                for chunk in _chunks(ids):
+                    archive(list(JobRun.objects.filter(pk__in=chunk).values(*ARCHIVED_FIELDS)))
+            for chunk in _chunks(ids):
+                # By id, without loading the rows: the pieces first, then the runs.
+                JobPiece.objects.filter(run_id__in=chunk)._raw_delete(JobPiece.objects.db)
+                JobRun.objects.filter(pk__in=chunk)._raw_delete(JobRun.objects.db)
+            pruned.by_status.update(row[2] for row in batch)
+        pruned.summaries_dropped = _drop_old_summaries(now, limit)
+    return pruned
+
+
+def _drop_old_summaries(now: datetime, limit: int) -> int:
+    before = now.date() - timedelta(days=app_settings.SUMMARY_RETENTION_DAYS)
+    ids = list(
+        RunSummary.objects.filter(day__lt=before)
+        .order_by("day")
+        .values_list("pk", flat=True)[:limit]
+    )
+    for chunk in _chunks(ids):
+        RunSummary.objects.filter(pk__in=chunk)._raw_delete(RunSummary.objects.db)
+    return len(ids)
+
+
+def _chunks(ids: Sequence[int]) -> Iterable[Sequence[int]]:
+    for start in range(0, len(ids), CHUNK):
+        yield ids[start : start + CHUNK]
+
+
+# -- the daily summaries ------------------------------------------------------------------
+
+
+def day_of(slot: datetime) -> date:
+    return slot.astimezone(timezone.utc).date()
+
+
+def sum_up(batch: Sequence[tuple[int, int, str, datetime, datetime]], *, now: datetime) -> int:
+    """Write the summary of every (job, day) of ``batch`` (rows of id, job, status, slot,
+    created) that has none, from all the day's runs; add to an existing one the rows of the
+    batch recorded after it. Returns how many summaries were written."""
+    days: dict[date, set[int]] = defaultdict(set)
+    oldest_kept = now.date() - timedelta(days=app_settings.SUMMARY_RETENTION_DAYS)
+    for _, job_id, _, slot, _ in batch:
+        if day_of(slot) >= oldest_kept:  # an older day's summary would go in the same pass
+            days[day_of(slot)].add(job_id)
+    existing = {
+        (summary.job_id, summary.day): summary
+        for day, jobs in days.items()
+        for summary in RunSummary.objects.filter(day=day, job_id__in=jobs)
+    }
+    written = 0
+    for day, jobs in days.items():
+        missing = sorted(job for job in jobs if (job, day) not in existing)
+        for start in range(0, len(missing), JOBS_PER_QUERY):
+            summaries = summarise(missing[start : start + JOBS_PER_QUERY], day, now=now)
+            RunSummary.objects.bulk_create(summaries, ignore_conflicts=True)
+            written += len(summaries)
+    late: dict[tuple[int, date], Counter[str]] = defaultdict(Counter)
+    for _, job_id, status, slot, created in batch:
+        summary = existing.get((job_id, day_of(slot)))
+        if summary is not None and created > summary.summed_at:
+            late[(job_id, summary.day)][status] += 1
+    for (job_id, day), counts in late.items():
+        RunSummary.objects.filter(job_id=job_id, day=day).update(
+            **{status: F(status) + count for status, count in counts.items()}
+        )
+    return written
+
+
+def summarise(jobs: Sequence[int], day: date, *, now: datetime) -> list[RunSummary]:
+    """The summaries of ``jobs`` on ``day`` from the runs of that day in the ledger (those with
+    no run that day get none)."""
+    start = datetime.combine(day, time(0), tzinfo=timezone.utc)
+    rows = JobRun.objects.filter(
+        job_id__in=jobs, scheduled_for__gte=start, scheduled_for__lt=start + timedelta(days=1)
+    ).values_list(
+        "job_id", "status", "attempt", "duration", "started_at", "due_at", "scheduled_for"
+    )
+    tallies: dict[int, _Tally] = defaultdict(_Tally)
+    for job_id, status, attempt, duration, started, due, slot in rows:
+        tallies[job_id].add(status, attempt, duration, started, due or slot)
+    return [tally.summary(job_id, day, now) for job_id, tally in tallies.items()]
+
+
+@dataclass
+class _Tally:
+    counts: Counter[str] = field(default_factory=Counter)
+    retries: int = 0
+    durations: list[float] = field(default_factory=list)
+    lateness: list[float] = field(default_factory=list)
+
+    def add(
+        self,
+        status: str,
+        attempt: int,
+        duration: timedelta | None,
+        started: datetime | None,
+        due: datetime,
+    ) -> None:
+        self.counts[status if status in FINAL else "unfinished"] += 1
+        self.retries += max(0, attempt - 1)
+        if duration is not None:
+            self.durations.append(duration.total_seconds())
+        if started is not None:
+            self.lateness.append(max(0.0, (started - due).total_seconds()))
+
+    def summary(self, job_id: int, day: date, now: datetime) -> RunSummary:
+        return RunSummary(
+            job_id=job_id,
+            day=day,
+            **{status: self.counts[status] for status in (*FINAL, "unfinished")},
+            retries=self.retries,
+            duration_p50=percentile(self.durations, 50),
+            duration_p95=percentile(self.durations, 95),
+            lateness_p95=percentile(self.lateness, 95),
+            summed_at=now,
+        )
+
+
+def percentile(values: list[float], p: float) -> float | None:
+    """The nearest-rank percentile: the smallest value with at least ``p`` % of the values at or
+    below it (None for no values)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
+
+
+# -- how far behind -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Oldest:
+    """The oldest run that may go and has not: its slot and its status's period."""
+
+    slot: datetime
+    days: int
+
+
+def oldest_prunable(now: datetime) -> Oldest | None:
+    """The oldest run past its retention still in the ledger (one indexed look per group)."""
+    found: Oldest | None = None
+    for group in groups():
+        slot = group.runs(now).order_by("scheduled_for").values_list("scheduled_for", flat=True)
+        first = slot.first()
+        if first is not None and group.days is not None and (found is None or first < found.slot):
+            found = Oldest(first, group.days)
+    return found

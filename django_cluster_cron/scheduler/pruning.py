@@ -1,0 +1,105 @@
+"""The leader's pruning of the ledger: a bounded pass (``PRUNE_BATCH_SIZE`` runs, each day summed
+up first) at most every ``PRUNE_INTERVAL``, on a thread of its own with its own database
+connection, so a pass never delays a tick; fenced like every write of the leader's, so a pass of
+a term that has ended writes nothing. ``PRUNE_RUNS = False`` leaves pruning to ``prune_runs``:
+the thread then only measures.
+
+After each pass the oldest run past its retention (its age and its status's period) goes to the
+metrics and to the leader's report (:attr:`Pruner.found`), which the health check reads.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime
+
+from django.db import DatabaseError, connections
+
+from ..conf import app_settings
+from ..ledger import retention
+from ..ledger.fence import Fence, FencedOut
+from ..ops import metrics
+from .leadership import Term
+
+logger = logging.getLogger("django_cluster_cron.scheduler")
+
+DAY = 86_400.0
+
+
+class Pruner:
+    def __init__(self, *, term: Term, clock: Callable[[], datetime]) -> None:
+        self.term = term
+        self.clock = clock
+        # Monotonic; the first pass waits an interval: a node taking over has more pressing
+        # work, and a scheduler that lives a moment (run_scheduler --once) none.
+        self.due_at = time.monotonic() + app_settings.PRUNE_INTERVAL
+        self.thread: threading.Thread | None = None
+        # The oldest run past its retention as the last pass left it: {"age": seconds, "days":
+        # its period} ({} when none; None until measured).
+        self.found: dict[str, float] | None = None
+
+    def start_if_due(self) -> None:
+        """Start a pass if one is due and none is under way (the leader's sweeps call it)."""
+        fence = self.term.fence
+        if (
+            fence is None
+            or time.monotonic() < self.due_at
+            or (self.thread is not None and self.thread.is_alive())
+        ):
+            return
+        self.due_at = time.monotonic() + app_settings.PRUNE_INTERVAL
+        self.thread = threading.Thread(
+            target=self._in_thread, args=(fence,), name="cluster-cron-prune", daemon=True
+        )
+        self.thread.start()
+
+    def _in_thread(self, fence: Fence) -> None:
+        try:
+            self.run_pass(fence)
+        finally:
+            connections.close_all()  # this thread's: a pass's thread does not come back
+
+    def run_pass(self, fence: Fence) -> retention.Pruned | None:
+        """One pass under ``fence``, then the metrics (None: the pass failed, or the term
+        is over)."""
+        started = time.monotonic()
+        pruned = retention.Pruned()
+        try:
+            now = self.clock()
+            if app_settings.PRUNE_RUNS:
+                pruned = retention.prune(now=now, limit=app_settings.PRUNE_BATCH_SIZE, fence=fence)
+            oldest = retention.oldest_prunable(self.clock())
+        except FencedOut:
+            logger.info("prune.fenced epoch=%s", fence.epoch)
+            return None
+        except DatabaseError as exc:  # the next pass tries again; the loop has its own health
+            logger.warning("prune.failed error=%s", exc)
+            return None
+        found = metrics.get()
+        for status, count in pruned.by_status.items():
+            found.runs_pruned.labels(status=status).inc(count)
+        self.found = (
+            {}
+            if oldest is None
+            else {"age": max(0.0, (now - oldest.slot).total_seconds()), "days": oldest.days}
+        )
+        found.prunable_age.set(self.found.get("age", 0))
+        found.prunable_retention.set(self.found.get("days", 0) * DAY)
+        if pruned.runs or pruned.summaries_dropped:
+            logger.info(
+                "prune.pass runs=%s by_status=%s summaries=%s summaries_dropped=%s seconds=%.2f",
+                pruned.runs,
+                ",".join(f"{s}:{n}" for s, n in sorted(pruned.by_status.items())),
+                pruned.summaries,
+                pruned.summaries_dropped,
+                time.monotonic() - started,
+            )
+        return pruned
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait for a pass under way (the scheduler stopping)."""
+        if self.thread is not None:
+            self.thread.join(timeout)
