@@ -48,9 +48,17 @@ def boot() -> dict[str, str]:
 
     django.setup()
     call_command("migrate", verbosity=0)
-    from django_cluster_cron.models import JobDefinition, JobRun, SchedulerLease
+    from django_cluster_cron.models import (
+        JobDefinition,
+        JobPiece,
+        JobRun,
+        RunSummary,
+        SchedulerLease,
+    )
 
-    JobRun.objects.all().delete()
+    # Without loading the rows (a last run may have left millions): what hangs off a job first.
+    for model in (JobPiece, JobRun, RunSummary):
+        model.objects.all()._raw_delete(model.objects.db)
     JobDefinition.all_objects.all().delete()
     SchedulerLease.objects.all().delete()
     return dict(os.environ)

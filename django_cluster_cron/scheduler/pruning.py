@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 
-from django.db import DatabaseError, connections
+from django.db import Error, connections
 
 from ..conf import app_settings
 from ..ledger import retention
@@ -75,8 +75,11 @@ class Pruner:
         except FencedOut:
             logger.info("prune.fenced epoch=%s", fence.epoch)
             return None
-        except DatabaseError as exc:  # the next pass tries again; the loop has its own health
-            logger.warning("prune.failed error=%s", exc)
+        except Error as exc:  # the next pass tries again; the loop has its own health
+            logger.warning("prune.failed error=%s: %s", type(exc).__name__, exc)
+            return None
+        except Exception:  # a thread's traceback would go to stderr, unlabelled
+            logger.exception("prune.failed")
             return None
         found = metrics.get()
         for status, count in pruned.by_status.items():

@@ -359,13 +359,15 @@ def test_prune_runs_exits_non_zero_on_a_failed_batch(monkeypatch):
     assert left(job) == {"success": 2}
 
 
-def test_counting_the_prunable_runs_uses_the_indexes_and_no_count_of_the_ledger():
+def test_a_pass_counts_only_within_one_day_of_a_few_jobs_never_the_ledger():
     job = make_job(keep_last=2)
     add(job, RunStatus.SUCCESS, days_ago=100, count=5)
     with count_queries() as queries:
-        retention.prune(now=NOW, limit=100)
-    sql = " ".join(text for text, _ in queries.queries).upper()
-    assert "COUNT(" not in sql
+        assert retention.prune(now=NOW, limit=100).runs == 3
+    counting = [text.upper() for text, _ in queries.queries if "COUNT(" in text.upper()]
+    for text in counting:  # the day's summary: bounded by job and a day of slots
+        assert "JOB_ID" in text, text
+        assert 'SCHEDULED_FOR" >=' in text or "SCHEDULED_FOR >=" in text, text
 
 
 def test_every_column_the_deletes_use_leads_an_index():
@@ -457,3 +459,37 @@ def test_a_job_declared_in_code_carries_its_retention_and_a_bad_one_is_left_out(
     assert job.retention_policy().days["success"] == 400
     assert not JobDefinition.objects.filter(name="typo").exists()
     assert "'succes' is not a final run status" in out.getvalue()
+
+
+def test_the_databases_own_summary_equals_the_one_summed_up_here():
+    """Two implementations of one summary (PostgreSQL's aggregates, and reading the rows)."""
+    jobs = [make_job(), make_job()]
+    day = (NOW - timedelta(days=3)).replace(hour=1, minute=0, second=0)
+    runs = []
+    for n in range(40):
+        slot = day + timedelta(minutes=n)
+        status = ["success", "failed", "running", "skipped", "success"][n % 5]
+        runs.append(
+            JobRun(
+                job=jobs[n % 2],
+                scheduled_for=slot,
+                due_at=None if n % 3 else slot + timedelta(seconds=1),
+                status=status,
+                trigger=RunTrigger.SCHEDULE,
+                task_id=f"t-{uuid.uuid4().hex}",
+                attempt=1 + n % 4,
+                duration=None if status == "skipped" else timedelta(milliseconds=37 * n + 5),
+                started_at=None if status == "skipped" else slot + timedelta(milliseconds=n * n),
+            )
+        )
+    JobRun.objects.bulk_create(runs)
+    fields = [f.name for f in RunSummary._meta.concrete_fields if f.name not in ("id", "job")]
+
+    def shown(summaries):
+        return sorted((s.job_id, *[getattr(s, f) for f in fields]) for s in summaries)
+
+    ids = [job.pk for job in jobs]
+    here = retention.summarise(ids, day.date(), now=NOW, in_python=True)
+    assert len(here) == 2
+    assert sum(s.unfinished for s in here) == 8
+    assert shown(retention.summarise(ids, day.date(), now=NOW)) == shown(here)

@@ -12,7 +12,7 @@ from typing import IO, Any
 
 from django.core.management.base import CommandError, CommandParser
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import DatabaseError
+from django.db import Error
 from django.utils import timezone
 
 from django_cluster_cron.conf import app_settings
@@ -124,7 +124,7 @@ class Command(ClusterCronCommand):
                     keep_last=keep_last,
                     archive=None if archive is None else _writer(archive),
                 )
-            except (DatabaseError, OSError) as exc:
+            except (Error, OSError) as exc:
                 if total:
                     self.stdout.write("")
                 raise CommandError(
