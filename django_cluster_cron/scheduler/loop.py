@@ -57,7 +57,7 @@ logger = logging.getLogger("django_cluster_cron.scheduler")
 # failure to the latest) gives the lease up.
 RESIGN_AFTER = 1.0
 # How long a stopping scheduler waits for its pruning pass under way.
-PRUNE_JOIN = 10.0
+PRUNE_JOIN = 5.0
 
 
 class Scheduler:
