@@ -179,17 +179,26 @@ def prune(
         pruned.full = len(batch) >= limit
         if batch:
             pruned.summaries = sum_up(batch, now=now)
-            ids = [row[0] for row in batch]
             if archive is not None:
-                for chunk in _chunks(ids):
+                for chunk in _chunks([row[0] for row in batch]):
                     archive(list(JobRun.objects.filter(pk__in=chunk).values(*ARCHIVED_FIELDS)))
-            for chunk in _chunks(ids):
-                # By id, without loading the rows: the pieces first, then the runs.
-                JobPiece.objects.filter(run_id__in=chunk)._raw_delete(JobPiece.objects.db)
-                JobRun.objects.filter(pk__in=chunk)._raw_delete(JobRun.objects.db)
-            pruned.by_status.update(row[2] for row in batch)
+            by_status: dict[str, list[int]] = defaultdict(list)
+            for row in batch:
+                by_status[row[2]].append(row[0])
+            for status, ids in by_status.items():
+                for chunk in _chunks(ids):
+                    pruned.by_status[status] += _delete(chunk, status)
         pruned.summaries_dropped = _drop_old_summaries(now, limit)
     return pruned
+
+
+def _delete(ids: Sequence[int], status: str) -> int:
+    """Delete these runs, by id and without loading them, with their pieces first; only those
+    still of ``status`` (a run an operator retried meanwhile is no longer final)."""
+    pieces = JobPiece.objects.filter(run_id__in=ids, run__status=status)
+    pieces._raw_delete(pieces.db)
+    runs = JobRun.objects.filter(pk__in=ids, status=status)
+    return int(runs._raw_delete(runs.db))
 
 
 def _drop_old_summaries(now: datetime, limit: int) -> int:

@@ -493,3 +493,19 @@ def test_the_databases_own_summary_equals_the_one_summed_up_here():
     assert len(here) == 2
     assert sum(s.unfinished for s in here) == 8
     assert shown(retention.summarise(ids, day.date(), now=NOW)) == shown(here)
+
+
+def test_a_run_no_longer_final_when_its_batch_is_deleted_stays(monkeypatch):
+    job = make_job()
+    runs = add(job, RunStatus.FAILED, days_ago=100, count=3)
+    retried = JobRun.objects.get(scheduled_for=runs[1].scheduled_for)
+    real = retention.sum_up
+
+    def retried_meanwhile(batch, *, now):
+        # An operator's retry lands between the pass's choice and its delete.
+        JobRun.objects.filter(pk=retried.pk).update(status=RunStatus.PENDING)
+        return real(batch, now=now)
+
+    monkeypatch.setattr(retention, "sum_up", retried_meanwhile)
+    assert retention.prune(now=NOW, limit=100).by_status == {"failed": 2}
+    assert left(job) == {"pending": 1}
