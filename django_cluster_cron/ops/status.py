@@ -134,3 +134,12 @@ def force_release_lock(name: str) -> bool:
     deleted = get_backend().force_release(LOCK_PREFIX + name)
     logger.warning("lock.force_released name=%s deleted=%s", name, deleted)
     return deleted
+
+
+def ledger_counts() -> dict[str, Any] | None:
+    """The ledger's size as the leader last measured it (``ledger.counts.measure``): None while
+    no leader has reported one. Reads the lease backend and the node reports, not the ledger."""
+    status = cluster_status(runs=False)
+    report = status.leader_report
+    found = None if report is None else report.get("ledger")
+    return found if isinstance(found, dict) else None

@@ -196,6 +196,7 @@ class Scheduler:
             clock_offset=None if offset is None else offset.total_seconds(),
             clock_skewed=self.clock_watch.skewed,
             prunable=self.sweeps.pruner.found if self.is_leader else None,
+            ledger=self.sweeps.pruner.ledger if self.is_leader else None,
         )
         if reported is False and self.is_leader:
             # The report goes where the lease lives: prove the lease now rather than at the next

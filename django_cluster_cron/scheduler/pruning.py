@@ -5,7 +5,9 @@ a term that has ended writes nothing. ``PRUNE_RUNS = False`` leaves pruning to `
 the thread then only measures.
 
 After each pass the oldest run past its retention (its age and its status's period) goes to the
-metrics and to the leader's report (:attr:`Pruner.found`), which the health check reads.
+metrics and to the leader's report (:attr:`Pruner.found`), which the health check reads; and so
+does the ledger's size (:attr:`Pruner.ledger`: the total from the database's statistics, each
+status counted up to a cap), which the run pages show instead of counting.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from datetime import datetime
 from django.db import Error, connections
 
 from ..conf import app_settings
-from ..ledger import retention
+from ..ledger import counts, retention
 from ..ledger.fence import Fence, FencedOut
 from ..ops import metrics
 from .leadership import Term
@@ -40,6 +42,8 @@ class Pruner:
         # The oldest run past its retention as the last pass left it: {"age": seconds, "days":
         # its period} ({} when none; None until measured).
         self.found: dict[str, float] | None = None
+        # The ledger's size as the last pass measured it (counts.measure), for the pages.
+        self.ledger: dict[str, object] | None = None
 
     def start_if_due(self) -> None:
         """Start a pass if one is due and none is under way (the leader's sweeps call it)."""
@@ -72,6 +76,7 @@ class Pruner:
             if app_settings.PRUNE_RUNS:
                 pruned = retention.prune(now=now, limit=app_settings.PRUNE_BATCH_SIZE, fence=fence)
             oldest = retention.oldest_prunable(self.clock())
+            self.ledger = counts.measure()
         except FencedOut:
             logger.info("prune.fenced epoch=%s", fence.epoch)
             return None

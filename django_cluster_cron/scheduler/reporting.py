@@ -35,6 +35,7 @@ class Reporter:
         clock_offset: float | None,
         clock_skewed: bool,
         prunable: dict[str, float] | None = None,
+        ledger: dict[str, object] | None = None,
     ) -> bool | None:
         """Report if the interval has passed: whether the report was written (None: not due).
         Reports go where the leases live, so a failed one says the lease's backend failed."""
@@ -51,6 +52,7 @@ class Reporter:
             "clock_offset": clock_offset,
             "clock_skewed": clock_skewed,
             "prunable": prunable,
+            "ledger": ledger,
             "host": socket.gethostname(),
             "pid": os.getpid(),
         }

@@ -1,0 +1,88 @@
+"""The ledger's size without counting it: the total from the database's statistics, each status
+counted up to a cap, measured by the leader's pruning pass and shown from its report on the run
+list, whose own statements never count the ledger whole."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.urls import reverse
+from django.utils import timezone
+
+from django_cluster_cron.ledger import counts
+from django_cluster_cron.models import JobDefinition, JobRun, RunStatus, RunTrigger
+from django_cluster_cron.ops.status import ledger_counts
+from tests.support.inprocess import Clock
+from tests.support.querycount import count_queries
+from tests.support.waiting import wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def make_runs(statuses):
+    job = JobDefinition(
+        name=f"job-{uuid.uuid4().hex[:8]}", cron="* * * * *", task="tests.add", args=[1, 2]
+    )
+    job.enabled = False  # paused: a leader in the test records none of its slots
+    job.full_clean()
+    job.save()
+    now = timezone.now()
+    JobRun.objects.bulk_create(
+        JobRun(
+            job=job,
+            scheduled_for=now - timedelta(minutes=i + 1),
+            status=status,
+            trigger=RunTrigger.SCHEDULE,
+            task_id=f"t-{uuid.uuid4().hex}",
+        )
+        for i, status in enumerate(statuses)
+    )
+    return job
+
+
+def analyze():
+    table = JobRun._meta.db_table
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(f"ANALYZE {table}")
+        elif connection.vendor == "mysql":
+            cursor.execute(f"ANALYZE TABLE {table}")
+            cursor.fetchall()
+
+
+def test_each_status_is_counted_up_to_the_cap_and_the_total_comes_from_statistics():
+    make_runs([RunStatus.SUCCESS] * 30 + [RunStatus.FAILED] * 2 + [RunStatus.QUEUED])
+    assert counts.status_counts(cap=10) == {"success": 11, "failed": 2, "queued": 1}
+    analyze()
+    total = counts.estimated_total()
+    assert total is not None
+    assert 16 <= total <= 66, total  # an estimate (InnoDB's is one): within a factor of two
+
+
+@pytest.mark.parametrize("lease_kind", ["database"])
+def test_the_run_list_shows_the_leaders_count_and_counts_nothing_whole(
+    make_scheduler, settings, admin_client
+):
+    settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "PRUNE_INTERVAL": 0.05}
+    make_runs([RunStatus.SUCCESS] * 12 + [RunStatus.FAILED] * 3)
+    analyze()
+    scheduler = make_scheduler("node-a", Clock(timezone.now()))
+
+    def reported():
+        scheduler.step()
+        found = ledger_counts()
+        return found if found and found.get("by_status") else None
+
+    found = wait_for(reported, timeout=60, what="the leader's report of the ledger's size")
+    assert found["by_status"] == {"success": 12, "failed": 3}
+    with count_queries() as queries:
+        page = admin_client.get(reverse("admin:django_cluster_cron_jobrun_changelist"))
+    html = page.content.decode()
+    assert "12 success, 3 failed (as the leader last counted them)" in html
+    for text, _ in queries.queries:
+        if "COUNT(" in text.upper():
+            assert "LIMIT" in text.upper(), text  # the list's own count is capped
+    scheduler.sweeps.pruner.join(30)
