@@ -249,8 +249,8 @@ def success_rate(runs: Sequence[dict[str, Any]]) -> str:
 
 
 def ledger_size(found: dict[str, Any] | None) -> str:
-    """The ledger's size in words, from the leader's last measurement: ``about 3,012,400 runs:
-    1,204 failed, 3 running, 100,000+ success`` ("" while none has been made). Never a count of
+    """The ledger's size in words, from the leader's last measurement: ``About 3,012,400 runs:
+    100,000+ success, 1,204 failed, 3 running`` ("" while none has been made). Never a count of
     the ledger on a page view."""
     if not found:
         return ""
