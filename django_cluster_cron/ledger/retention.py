@@ -28,8 +28,9 @@ from django.db import connection, models, transaction
 from django.db.models import F, OuterRef, Q, Subquery
 
 from ..conf import app_settings
-from ..core.retention import FINAL, Retention, resolve
+from ..core.retention import FINAL, Retention
 from ..models import JobDefinition, JobPiece, JobRun, RunSummary
+from ..models.retention import retention_policy
 from .fence import Fence
 
 logger = logging.getLogger("django_cluster_cron.scheduler")
@@ -84,11 +85,7 @@ def groups(*, days: int | None = None, keep_last: int | None = None) -> list[Gro
     """The groups of the ledger's finished runs, one per status and distinct policy. ``days``
     and ``keep_last`` (an operator's ``prune_runs --days/--keep-last``) replace every job's
     periods and counts."""
-    default = resolve(
-        default_days=app_settings.RUN_RETENTION_DAYS,
-        by_status=app_settings.RUN_RETENTION,
-        keep_last=app_settings.RUN_KEEP_LAST,
-    )
+    default = retention_policy()
     if days is not None:
         default = Retention(dict.fromkeys(FINAL, days), default.keep_last)
     if keep_last is not None:
@@ -104,12 +101,8 @@ def groups(*, days: int | None = None, keep_last: int | None = None) -> list[Gro
                 continue  # an empty object: the project's
             others.append(pk)
             try:
-                policy = resolve(
-                    default_days=app_settings.RUN_RETENTION_DAYS,
-                    by_status=app_settings.RUN_RETENTION,
-                    keep_last=app_settings.RUN_KEEP_LAST,
-                    job_days=job_days if days is None else None,
-                    job_keep_last=job_keep if keep_last is None else None,
+                policy = retention_policy(
+                    job_days if days is None else None, job_keep if keep_last is None else None
                 )
             except ValueError as exc:  # a row saved around validation: its runs are kept
                 logger.warning("prune.bad_retention job=%s error=%s", pk, exc)

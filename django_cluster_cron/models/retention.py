@@ -7,14 +7,14 @@ summing up are :mod:`django_cluster_cron.ledger.retention`.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from django.db import models
 
 from ..conf import app_settings
 from ..core.retention import Retention, resolve
 
-__all__ = ["JobRetention", "RunSummary"]
+__all__ = ["JobRetention", "RunSummary", "retention_policy"]
 
 
 class JobRetention(models.Model):
@@ -42,13 +42,19 @@ class JobRetention(models.Model):
 
     def retention_policy(self) -> Retention:
         """The project's retention with this job's overrides over it."""
-        return resolve(
-            default_days=app_settings.RUN_RETENTION_DAYS,
-            by_status=app_settings.RUN_RETENTION,
-            keep_last=app_settings.RUN_KEEP_LAST,
-            job_days=self.retention,
-            job_keep_last=self.keep_last,
-        )
+        return retention_policy(self.retention, self.keep_last)
+
+
+def retention_policy(job_days: Any = None, job_keep_last: Any = None) -> Retention:
+    """The project's retention (``RUN_RETENTION_DAYS``, ``RUN_RETENTION``, ``RUN_KEEP_LAST``)
+    with a job's own ``retention`` and ``keep_last`` over it (None: the project's alone)."""
+    return resolve(
+        default_days=app_settings.RUN_RETENTION_DAYS,
+        by_status=app_settings.RUN_RETENTION,
+        keep_last=app_settings.RUN_KEEP_LAST,
+        job_days=job_days,
+        job_keep_last=job_keep_last,
+    )
 
 
 class RunSummary(models.Model):

@@ -75,7 +75,9 @@ class Pruner:
             now = self.clock()
             if app_settings.PRUNE_RUNS:
                 pruned = retention.prune(now=now, limit=app_settings.PRUNE_BATCH_SIZE, fence=fence)
-            oldest = retention.oldest_prunable(self.clock())
+            # A pass that was not full left nothing past its retention: no second look.
+            left = not app_settings.PRUNE_RUNS or pruned.full
+            oldest = retention.oldest_prunable(self.clock()) if left else None
             self.ledger = counts.measure()
         except FencedOut:
             logger.info("prune.fenced epoch=%s", fence.epoch)

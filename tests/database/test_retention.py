@@ -365,6 +365,8 @@ def test_a_pass_counts_only_within_one_day_of_a_few_jobs_never_the_ledger():
     with count_queries() as queries:
         assert retention.prune(now=NOW, limit=100).runs == 3
     counting = [text.upper() for text, _ in queries.queries if "COUNT(" in text.upper()]
+    # PostgreSQL sums the day up in SQL; elsewhere the day's rows are read and nothing counts.
+    assert bool(counting) == (connection.vendor == "postgresql")
     for text in counting:  # the day's summary: bounded by job and a day of slots
         assert "JOB_ID" in text, text
         assert 'SCHEDULED_FOR" >=' in text or "SCHEDULED_FOR >=" in text, text

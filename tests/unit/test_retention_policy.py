@@ -95,3 +95,9 @@ def test_nothing_means_the_projects():
     assert parse_days(None) == {}
     assert parse_keep_last(None) == {}
     assert parse_keep_last(4) == dict.fromkeys(FINAL, 4)
+
+
+def test_the_final_statuses_are_the_ledgers():
+    from django_cluster_cron.models import FINAL_STATUSES
+
+    assert set(FINAL) == {str(status) for status in FINAL_STATUSES}
