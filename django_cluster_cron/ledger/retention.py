@@ -16,15 +16,14 @@ with it; no delete signal is sent.
 from __future__ import annotations
 
 import logging
-import math
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from datetime import date, datetime, time, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any, cast
 
-from django.db import connection, models, transaction
+from django.db import models, transaction
 from django.db.models import F, OuterRef, Q, Subquery
 
 from ..conf import app_settings
@@ -32,15 +31,14 @@ from ..core.retention import FINAL, Retention
 from ..models import JobDefinition, JobPiece, JobRun, RunSummary
 from ..models.retention import retention_policy
 from .fence import Fence
+from .summaries import sum_up
 
 logger = logging.getLogger("django_cluster_cron.scheduler")
 
-__all__ = ["Group", "Oldest", "Pruned", "groups", "oldest_prunable", "prune", "sum_up"]
+__all__ = ["Group", "Oldest", "Pruned", "groups", "oldest_prunable", "prune"]
 
 # Ids per DELETE statement (and per IN list): small enough for every database's limits.
 CHUNK = 2000
-# Jobs whose day is summed up per query.
-JOBS_PER_QUERY = 200
 ARCHIVED_FIELDS = [f.attname for f in JobRun._meta.concrete_fields]
 
 
@@ -209,156 +207,6 @@ def _drop_old_summaries(now: datetime, limit: int) -> int:
 def _chunks(ids: Sequence[int]) -> Iterable[Sequence[int]]:
     for start in range(0, len(ids), CHUNK):
         yield ids[start : start + CHUNK]
-
-
-# -- the daily summaries ------------------------------------------------------------------
-
-
-def day_of(slot: datetime) -> date:
-    return slot.astimezone(timezone.utc).date()
-
-
-def sum_up(batch: Sequence[tuple[int, int, str, datetime, datetime]], *, now: datetime) -> int:
-    """Write the summary of every (job, day) of ``batch`` (rows of id, job, status, slot,
-    created) that has none, from all the day's runs; add to an existing one the rows of the
-    batch recorded after it. Returns how many summaries were written."""
-    days: dict[date, set[int]] = defaultdict(set)
-    oldest_kept = now.date() - timedelta(days=app_settings.SUMMARY_RETENTION_DAYS)
-    for _, job_id, _, slot, _ in batch:
-        if day_of(slot) >= oldest_kept:  # an older day's summary would go in the same pass
-            days[day_of(slot)].add(job_id)
-    existing = {
-        (summary.job_id, summary.day): summary
-        for day, jobs in days.items()
-        for summary in RunSummary.objects.filter(day=day, job_id__in=jobs)
-    }
-    written = 0
-    for day, jobs in days.items():
-        missing = sorted(job for job in jobs if (job, day) not in existing)
-        for start in range(0, len(missing), JOBS_PER_QUERY):
-            summaries = summarise(missing[start : start + JOBS_PER_QUERY], day, now=now)
-            RunSummary.objects.bulk_create(summaries, ignore_conflicts=True)
-            written += len(summaries)
-    late: dict[tuple[int, date], Counter[str]] = defaultdict(Counter)
-    for _, job_id, status, slot, created in batch:
-        summary = existing.get((job_id, day_of(slot)))
-        if summary is not None and created > summary.summed_at:
-            late[(job_id, summary.day)][status] += 1
-    for (job_id, day), counts in late.items():
-        RunSummary.objects.filter(job_id=job_id, day=day).update(
-            **{status: F(status) + count for status, count in counts.items()}
-        )
-    return written
-
-
-def summarise(
-    jobs: Sequence[int], day: date, *, now: datetime, in_python: bool = False
-) -> list[RunSummary]:
-    """The summaries of ``jobs`` on ``day`` from the runs of that day in the ledger (those with
-    no run that day get none). PostgreSQL sums them up itself (``percentile_disc`` is the
-    nearest rank); elsewhere, or ``in_python``, the rows are read and summed up here."""
-    start = datetime.combine(day, time(0), tzinfo=timezone.utc)
-    end = start + timedelta(days=1)
-    if connection.vendor == "postgresql" and not in_python:
-        return _summarise_in_sql(jobs, day, start, end, now)
-    rows = JobRun.objects.filter(
-        job_id__in=jobs, scheduled_for__gte=start, scheduled_for__lt=end
-    ).values_list(
-        "job_id", "status", "attempt", "duration", "started_at", "due_at", "scheduled_for"
-    )
-    tallies: dict[int, _Tally] = defaultdict(_Tally)
-    for job_id, status, attempt, duration, started, due, slot in rows:
-        tallies[job_id].add(status, attempt, duration, started, due or slot)
-    return [tally.summary(job_id, day, now) for job_id, tally in tallies.items()]
-
-
-COUNTED = (*FINAL, "unfinished")
-
-
-def _summarise_in_sql(
-    jobs: Sequence[int], day: date, start: datetime, end: datetime, now: datetime
-) -> list[RunSummary]:
-    # GREATEST ignores a NULL: a run never started must stay out of the percentile.
-    lateness = (
-        "CASE WHEN started_at IS NOT NULL THEN "
-        "GREATEST(started_at - COALESCE(due_at, scheduled_for), interval '0') END"
-    )
-    counts = ", ".join("COUNT(*) FILTER (WHERE status = %s)" for _ in FINAL)
-    sql = f"""
-        SELECT job_id, {counts},
-               COUNT(*) FILTER (WHERE status <> ALL(%s)),
-               COALESCE(SUM(GREATEST(attempt - 1, 0)), 0),
-               EXTRACT(EPOCH FROM percentile_disc(0.5) WITHIN GROUP (ORDER BY duration)),
-               EXTRACT(EPOCH FROM percentile_disc(0.95) WITHIN GROUP (ORDER BY duration)),
-               EXTRACT(EPOCH FROM percentile_disc(0.95) WITHIN GROUP (ORDER BY {lateness}))
-        FROM {JobRun._meta.db_table}
-        WHERE job_id = ANY(%s) AND scheduled_for >= %s AND scheduled_for < %s
-        GROUP BY job_id
-    """
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [*FINAL, list(FINAL), list(jobs), start, end])
-        rows = cursor.fetchall()
-    summaries = []
-    for job_id, *numbers in rows:
-        tallied = dict(zip(COUNTED, numbers[: len(COUNTED)], strict=True))
-        retries, p50, p95, late95 = numbers[len(COUNTED) :]
-        summaries.append(
-            RunSummary(
-                job_id=job_id,
-                day=day,
-                **tallied,
-                retries=retries,
-                duration_p50=None if p50 is None else float(p50),
-                duration_p95=None if p95 is None else float(p95),
-                lateness_p95=None if late95 is None else float(late95),
-                summed_at=now,
-            )
-        )
-    return summaries
-
-
-@dataclass
-class _Tally:
-    counts: Counter[str] = field(default_factory=Counter)
-    retries: int = 0
-    durations: list[float] = field(default_factory=list)
-    lateness: list[float] = field(default_factory=list)
-
-    def add(
-        self,
-        status: str,
-        attempt: int,
-        duration: timedelta | None,
-        started: datetime | None,
-        due: datetime,
-    ) -> None:
-        self.counts[status if status in FINAL else "unfinished"] += 1
-        self.retries += max(0, attempt - 1)
-        if duration is not None:
-            self.durations.append(duration.total_seconds())
-        if started is not None:
-            self.lateness.append(max(0.0, (started - due).total_seconds()))
-
-    def summary(self, job_id: int, day: date, now: datetime) -> RunSummary:
-        return RunSummary(
-            job_id=job_id,
-            day=day,
-            **{status: self.counts[status] for status in COUNTED},
-            retries=self.retries,
-            duration_p50=percentile(self.durations, 50),
-            duration_p95=percentile(self.durations, 95),
-            lateness_p95=percentile(self.lateness, 95),
-            summed_at=now,
-        )
-
-
-def percentile(values: list[float], p: float) -> float | None:
-    """The nearest-rank percentile: the smallest value with at least ``p`` % of the values at or
-    below it (None for no values)."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
 
 
 # -- how far behind -------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from django.core.exceptions import ValidationError
 from django.core.management import CommandError, call_command
 from django.db import connection
 
-from django_cluster_cron.ledger import retention
+from django_cluster_cron.ledger import retention, summaries
 from django_cluster_cron.ledger.fence import Fence, FencedOut
 from django_cluster_cron.models import JobDefinition, JobRun, RunStatus, RunSummary, RunTrigger
 from django_cluster_cron.scheduler.pruning import Pruner
@@ -491,17 +491,17 @@ def test_the_databases_own_summary_equals_the_one_summed_up_here():
         return sorted((s.job_id, *[getattr(s, f) for f in fields]) for s in summaries)
 
     ids = [job.pk for job in jobs]
-    here = retention.summarise(ids, day.date(), now=NOW, in_python=True)
+    here = summaries.summarise(ids, day.date(), now=NOW, in_python=True)
     assert len(here) == 2
     assert sum(s.unfinished for s in here) == 8
-    assert shown(retention.summarise(ids, day.date(), now=NOW)) == shown(here)
+    assert shown(summaries.summarise(ids, day.date(), now=NOW)) == shown(here)
 
 
 def test_a_run_no_longer_final_when_its_batch_is_deleted_stays(monkeypatch):
     job = make_job()
     runs = add(job, RunStatus.FAILED, days_ago=100, count=3)
     retried = JobRun.objects.get(scheduled_for=runs[1].scheduled_for)
-    real = retention.sum_up
+    real = summaries.sum_up
 
     def retried_meanwhile(batch, *, now):
         # An operator's retry lands between the pass's choice and its delete.
