@@ -1,10 +1,11 @@
 """Pictures in the admin, drawn on the server as inline SVG (no script, no CDN): a job's recent
-runs as a timeline, and the coming dispatches of all jobs as a histogram."""
+runs as a timeline, its runs of each day as stacked bars (from the daily summaries, so pruning
+erases no day), and the coming dispatches of all jobs as a histogram."""
 
 from __future__ import annotations
 
 import math
-from datetime import datetime, tzinfo
+from datetime import date, datetime, timedelta, tzinfo
 from typing import Any
 
 from django.db.models import QuerySet
@@ -81,6 +82,69 @@ def run_timeline(runs: QuerySet[JobRun], zone: tzinfo = UTC) -> SafeString | str
         _clock(last, zone),
         len(rows),
         duration_text(rows[durations.index(max(durations))]["duration"]),
+    )
+
+
+HISTORY_DAYS = 90
+# Bottom to top in each day's bar; "unfinished" is what was still waiting or running.
+STACKED = ("success", "skipped", "missed", "cancelled", "uncertain", "failed", "unfinished")
+
+
+def daily_history(days: dict[date, dict[str, int]], today: date) -> SafeString | str:
+    """The HISTORY_DAYS days up to ``today`` as bars stacked by status, each day's counts on
+    hover; a day with nothing known leaves a gap."""
+    if not days:
+        return "No day summed up yet."
+    first = today - timedelta(days=HISTORY_DAYS - 1)
+    peak = max(sum(counts.values()) for counts in days.values()) or 1
+    width = PLOT / HISTORY_DAYS
+    rects = []
+    for day, counts in days.items():
+        x = LEFT + (day - first).days * width
+        top = 64.0
+        for status in STACKED:
+            count = counts.get(status, 0)
+            if not count:
+                continue
+            height = 60 * count / peak
+            top -= height
+            rects.append(
+                (
+                    f"{x:.1f}",
+                    f"{top:.1f}",
+                    f"{max(width - 1, 1):.1f}",
+                    f"{height:.1f}",
+                    COLOURS.get(status, "#90a4ae"),
+                    f"{day:%Y-%m-%d}: "
+                    + ", ".join(f"{n:,} {s}" for s, n in counts.items() if n)
+                    + f" ({sum(counts.values()):,} runs)",
+                )
+            )
+    return format_html(
+        '<svg class="dcc-chart dcc-daily" viewBox="0 0 {} 84" role="img" aria-label="{}">'
+        "{}"
+        '<line x1="{}" y1="65" x2="{}" y2="65" stroke="currentColor" stroke-opacity=".3"/>'
+        '<text x="{}" y="80" font-size="11" fill="currentColor">{}</text>'
+        '<text x="{}" y="80" font-size="11" fill="currentColor" text-anchor="end">{}</text>'
+        "</svg>"
+        '<p class="help">Runs of each day (UTC) over the last {} days, by status; the most in a '
+        "day {}. Days before today come from the daily summaries, which outlive the pruned runs."
+        "</p>",
+        WIDTH,
+        f"runs per day over the last {HISTORY_DAYS} days",
+        format_html_join(
+            "",
+            '<rect x="{}" y="{}" width="{}" height="{}" fill="{}"><title>{}</title></rect>',
+            rects,
+        ),
+        LEFT,
+        WIDTH - RIGHT,
+        LEFT,
+        f"{first:%Y-%m-%d}",
+        WIDTH - RIGHT,
+        f"{today:%Y-%m-%d}",
+        HISTORY_DAYS,
+        f"{peak:,}",
     )
 
 

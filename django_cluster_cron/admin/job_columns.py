@@ -16,9 +16,10 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from ..describe import describe
+from ..ledger.summaries import Trend, daily
 from ..models import JobDefinition, JobRun, RunStatus
 from ..redaction import redact
-from .charts import run_timeline
+from .charts import HISTORY_DAYS, daily_history, run_timeline
 from .declared import left_out_note
 from .display import (
     RECENT_RUNS,
@@ -31,6 +32,9 @@ from .display import (
     zone_of,
 )
 from .job_form import PREVIEW_COUNT, preview_html
+
+# The jobs list's success rate over this many days before today, from the daily summaries.
+TREND_DAYS = 30
 
 
 class JobColumns:
@@ -151,6 +155,13 @@ class JobColumns:
             return "—"
         return run_timeline(JobRun.objects.filter(job=job), zone_of(job))
 
+    @admin.display(description="runs per day")
+    def daily_chart(self, job: JobDefinition) -> SafeString | str:
+        if job._state.adding:
+            return "—"
+        now = timezone.now()
+        return daily_history(daily(job.pk, days=HISTORY_DAYS, now=now), now.date())
+
     def _recent(self, job: JobDefinition) -> list[dict[str, Any]]:
         recent = getattr(job, "recent_runs", None)
         if recent is None:  # outside the changelist (e.g. a detail page): one query
@@ -161,11 +172,22 @@ class JobColumns:
     def recent(self, job: JobDefinition) -> SafeString | str:
         url = reverse("admin:django_cluster_cron_jobrun_changelist") + f"?job__id__exact={job.pk}"
         recent = self._recent(job)
+        trend: Trend | None = getattr(job, "trend", None)
+        rate = None if trend is None else trend.success_rate
         return format_html(
-            '<a href="{}">{}</a><small class="dcc-rate">{}</small>',
+            '<a href="{}">{}</a><small class="dcc-rate">{}</small>{}',
             url,
             run_strip(recent, zone_of(job)),
-            "" if (rate := success_rate(recent)) == "—" else f"{rate} succeeded",
+            "" if (last := success_rate(recent)) == "—" else f"{last} succeeded",
+            ""
+            if trend is None or rate is None
+            else format_html(
+                '<small class="dcc-rate" title="{}">{} days: {}% of {}</small>',
+                ", ".join(f"{n:,} {s}" for s, n in trend.counts.items() if n),
+                TREND_DAYS,
+                f"{100 * rate:.1f}",
+                f"{trend.counts.get('success', 0) + trend.counts.get('failed', 0):,}",
+            ),
         )
 
     @admin.display(description=f"next {PREVIEW_COUNT} runs")

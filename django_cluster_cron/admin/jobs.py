@@ -14,12 +14,13 @@ from django.http import HttpRequest
 from django.utils import timezone
 
 from ..declared import CODE_FIELDS
+from ..ledger.summaries import trends
 from ..models import JobDefinition, JobRun, OverlapPolicy, RunStatus
 from ..redaction import ARGUMENT_FIELDS
 from .declared import left_out
 from .display import ahead_due_by_job, not_ahead, recent_runs_by_job
 from .job_actions import DELETED_READ_ONLY, JobOperations
-from .job_columns import JobColumns
+from .job_columns import TREND_DAYS, JobColumns
 from .job_form import POLICY_HELP, JobDefinitionForm
 from .lookups import list_lookup_allowed
 
@@ -55,7 +56,8 @@ class DeletedFilter(admin.SimpleListFilter):
 
 
 class JobChangeList(ChangeList):
-    """Loads the last runs of every job on the page in one query (for strip, status, rate)."""
+    """Loads the last runs of every job on the page in one query (for strip, status, rate), and
+    their success over the last days in one more (from the daily summaries)."""
 
     def get_results(self, request: HttpRequest) -> None:
         super().get_results(request)
@@ -63,9 +65,11 @@ class JobChangeList(ChangeList):
         now = timezone.now()
         recent = recent_runs_by_job(ids, now)
         ahead = ahead_due_by_job(ids, now)
+        trend = trends(ids, days=TREND_DAYS, now=now)
         for job in self.result_list:
             job.recent_runs = recent.get(job.pk, [])
             job.ahead_due = ahead.get(job.pk)
+            job.trend = trend.get(job.pk)
 
 
 @admin.register(JobDefinition)
@@ -102,6 +106,7 @@ class JobDefinitionAdmin(JobColumns, JobOperations):
         "defined_in",
         "upcoming",
         "history_chart",
+        "daily_chart",
         "scheduled_runs",
         "consecutive_failures",
         "next_run_shown",
@@ -112,7 +117,7 @@ class JobDefinitionAdmin(JobColumns, JobOperations):
     )
     fieldsets = (
         (None, {"fields": ("name", "description", "enabled", "pause_note", "defined_in")}),
-        ("Recent runs", {"fields": ("history_chart",)}),
+        ("Recent runs", {"fields": ("history_chart", "daily_chart")}),
         (
             "Schedule",
             {

@@ -2,6 +2,14 @@
 and UTC day of slots (runs by status, retries, duration p50/p95, lateness p95), the trend that
 outlives the runs once they are pruned.
 
+A day is summed up by the leader once it has been over for :data:`SETTLE` (its pruning thread,
+one day a pass, the last :data:`DAYS_BACK` days), or before the first of its runs is pruned if
+that comes first; either way once: a run of that day that changes later is not recounted, and
+those still waiting or running then count as ``unfinished``. Runs recorded into a summed-up day
+later (a backfill) are added as they are pruned. What the pages show of a job's trend
+(:func:`trends`, :func:`daily`) reads the summaries, and the live ledger only for the one job's
+days not yet summed up.
+
 Percentiles are the nearest rank. PostgreSQL sums a day up in one statement
 (``percentile_disc``); the other databases hand the day's rows to Python, which sums them the
 same way (a test holds the two to each other).
@@ -16,16 +24,34 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta, timezone
 
 from django.db import connection
-from django.db.models import F
+from django.db.models import Count, F, Sum
 
 from ..conf import app_settings
 from ..core.retention import FINAL
 from ..models import JobRun, RunSummary
 
-__all__ = ["COUNTED", "day_of", "percentile", "sum_up", "summarise"]
+__all__ = [
+    "COUNTED",
+    "DAYS_BACK",
+    "SETTLE",
+    "daily",
+    "day_of",
+    "ended_days",
+    "percentile",
+    "sum_up",
+    "sum_up_day",
+    "summarise",
+    "trends",
+]
 
 # Jobs whose day is summed up per query.
 JOBS_PER_QUERY = 200
+# A day is summed up once it has been over this long: the runs of its last minutes finish first.
+SETTLE = timedelta(hours=1)
+# How many ended days back the leader looks for days not yet summed up.
+DAYS_BACK = 7
+# The days of a job's history drawn from the live ledger, at most, when they have no summary yet.
+LIVE_DAYS = 3
 
 
 def day_of(slot: datetime) -> date:
@@ -65,14 +91,45 @@ def sum_up(batch: Sequence[tuple[int, int, str, datetime, datetime]], *, now: da
     return written
 
 
+def ended_days(now: datetime) -> list[date]:
+    """The days the leader sums up at ``now``, oldest first: the last DAYS_BACK UTC days that
+    have been over for at least SETTLE."""
+    newest = (now - SETTLE).astimezone(timezone.utc).date() - timedelta(days=1)
+    return [newest - timedelta(days=back) for back in range(DAYS_BACK - 1, -1, -1)]
+
+
+def _bounds(day: date) -> tuple[datetime, datetime]:
+    start = datetime.combine(day, time(0), tzinfo=timezone.utc)
+    return start, start + timedelta(days=1)
+
+
+def sum_up_day(day: date, *, now: datetime) -> int:
+    """Write the summary of ``day`` for each job with a run that day and none yet; returns how
+    many were written."""
+    start, end = _bounds(day)
+    jobs = set(
+        JobRun.objects.filter(scheduled_for__gte=start, scheduled_for__lt=end)
+        .order_by()
+        .values_list("job_id", flat=True)
+        .distinct()
+    )
+    jobs -= set(RunSummary.objects.filter(day=day).values_list("job_id", flat=True))
+    missing = sorted(jobs)
+    written = 0
+    for first in range(0, len(missing), JOBS_PER_QUERY):
+        summaries = summarise(missing[first : first + JOBS_PER_QUERY], day, now=now)
+        RunSummary.objects.bulk_create(summaries, ignore_conflicts=True)
+        written += len(summaries)
+    return written
+
+
 def summarise(
     jobs: Sequence[int], day: date, *, now: datetime, in_python: bool = False
 ) -> list[RunSummary]:
     """The summaries of ``jobs`` on ``day`` from the runs of that day in the ledger (those with
     no run that day get none). PostgreSQL sums them up itself (``percentile_disc`` is the
     nearest rank); elsewhere, or ``in_python``, the rows are read and summed up here."""
-    start = datetime.combine(day, time(0), tzinfo=timezone.utc)
-    end = start + timedelta(days=1)
+    start, end = _bounds(day)
     if connection.vendor == "postgresql" and not in_python:
         return _summarise_in_sql(jobs, day, start, end, now)
     rows = JobRun.objects.filter(
@@ -173,3 +230,78 @@ def percentile(values: list[float], p: float) -> float | None:
         return None
     ordered = sorted(values)
     return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
+
+
+# -- reading them -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Trend:
+    """One job's runs over some days, by status (the final ones and ``unfinished``)."""
+
+    counts: dict[str, int]
+    days: int  # the days that had a summary (or, for one job's history, live runs)
+
+    @property
+    def runs(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def success_rate(self) -> float | None:
+        """Successes among the runs that succeeded or failed (None: none did)."""
+        finished = self.counts.get("success", 0) + self.counts.get("failed", 0)
+        return None if not finished else self.counts.get("success", 0) / finished
+
+
+def trends(job_ids: Sequence[int], *, days: int, now: datetime) -> dict[int, Trend]:
+    """Each job's runs over the ``days`` days before today (UTC), from the summaries alone: one
+    query for a page of jobs, whatever the ledger holds. Jobs with no summary are left out."""
+    if not job_ids:
+        return {}
+    today = now.astimezone(timezone.utc).date()
+    rows = (
+        RunSummary.objects.filter(
+            job_id__in=job_ids, day__gte=today - timedelta(days=days), day__lt=today
+        )
+        .order_by()
+        .values("job_id")
+        .annotate(days=Count("pk"), **{status: Sum(status) for status in COUNTED})
+    )
+    return {
+        row["job_id"]: Trend({status: int(row[status]) for status in COUNTED}, row["days"])
+        for row in rows
+    }
+
+
+def daily(job_id: int, *, days: int, now: datetime) -> dict[date, dict[str, int]]:
+    """One job's runs of each of the last ``days`` UTC days (today included) by status: the
+    summaries, and for the newest LIVE_DAYS days that have none yet the live ledger (one
+    grouped count over those days' slots). Days with neither are left out."""
+    today = now.astimezone(timezone.utc).date()
+    first = today - timedelta(days=days - 1)
+    found: dict[date, dict[str, int]] = {
+        summary["day"]: {status: summary[status] for status in COUNTED}
+        for summary in RunSummary.objects.filter(job_id=job_id, day__gte=first).values(
+            "day", *COUNTED
+        )
+    }
+    live = [
+        day
+        for back in range(LIVE_DAYS)
+        if (day := today - timedelta(days=back)) not in found and day >= first
+    ]
+    if live:
+        start, _ = _bounds(min(live))
+        _, end = _bounds(max(live))
+        rows = (
+            JobRun.objects.filter(job_id=job_id, scheduled_for__gte=start, scheduled_for__lt=end)
+            .order_by()
+            .values_list("scheduled_for", "status")
+        )
+        counted: dict[date, Counter[str]] = defaultdict(Counter)
+        for slot, status in rows.iterator(chunk_size=2000):
+            counted[day_of(slot)][status if status in FINAL else "unfinished"] += 1
+        for day in live:
+            if day in counted:
+                found[day] = dict(counted[day])
+    return dict(sorted(found.items()))

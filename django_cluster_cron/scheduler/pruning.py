@@ -1,4 +1,5 @@
-"""The leader's pruning of the ledger: a bounded pass (``PRUNE_BATCH_SIZE`` runs, each day summed
+"""The leader's pruning of the ledger: each ended day summed up (one a pass, see
+``ledger.summaries``), then a bounded pass (``PRUNE_BATCH_SIZE`` runs, each day summed
 up first) at most every ``PRUNE_INTERVAL``, on a thread of its own with its own database
 connection, so a pass never delays a tick; fenced like every write of the leader's, so a pass of
 a term that has ended writes nothing. ``PRUNE_RUNS = False`` leaves pruning to ``prune_runs``:
@@ -16,12 +17,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime
+from datetime import date, datetime
 
 from django.db import Error, connections
 
 from ..conf import app_settings
-from ..ledger import counts, retention
+from ..ledger import counts, retention, summaries
 from ..ledger.fence import Fence, FencedOut
 from ..ops import metrics
 from .leadership import Term
@@ -44,6 +45,8 @@ class Pruner:
         self.found: dict[str, float] | None = None
         # The ledger's size as the last pass measured it (counts.measure), for the pages.
         self.ledger: dict[str, object] | None = None
+        # The ended days this process has summed up (or found summed up already).
+        self.summed: set[date] = set()
 
     def start_if_due(self) -> None:
         """Start a pass if one is due and none is under way (the leader's sweeps call it)."""
@@ -73,6 +76,7 @@ class Pruner:
         pruned = retention.Pruned()
         try:
             now = self.clock()
+            self.sum_up_a_day(fence, now)
             if app_settings.PRUNE_RUNS:
                 pruned = retention.prune(now=now, limit=app_settings.PRUNE_BATCH_SIZE, fence=fence)
             # A pass that was not full left nothing past its retention: no second look.
@@ -108,6 +112,20 @@ class Pruner:
                 time.monotonic() - started,
             )
         return pruned
+
+    def sum_up_a_day(self, fence: Fence, now: datetime) -> None:
+        """Sum up the oldest ended day this process has not (under the fence: a deposed
+        leader writes no summary)."""
+        ended = summaries.ended_days(now)
+        self.summed.intersection_update(ended)
+        day = next((day for day in ended if day not in self.summed), None)
+        if day is None:
+            return
+        with fence.transaction(now):
+            written = summaries.sum_up_day(day, now=now)
+        self.summed.add(day)
+        if written:
+            logger.info("prune.summed day=%s jobs=%s", day.isoformat(), written)
 
     def join(self, timeout: float | None = None) -> None:
         """Wait for a pass under way (the scheduler stopping)."""
