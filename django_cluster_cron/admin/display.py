@@ -9,6 +9,7 @@ history) and in UTC elsewhere (the cluster page); hovering shows it in UTC to th
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone, tzinfo
 from typing import Any
@@ -248,19 +249,33 @@ def success_rate(runs: Sequence[dict[str, Any]]) -> str:
     return f"{100 * ok / len(finished):.0f}% of {len(finished)}"
 
 
-def ledger_size(found: dict[str, Any] | None) -> str:
-    """The ledger's size in words, from the leader's last measurement: ``About 3,012,400 runs:
-    100,000+ success, 1,204 failed, 3 running`` ("" while none has been made). Never a count of
-    the ledger on a page view."""
+def ledger_size(found: dict[str, Any] | None, now: float | None = None) -> str:
+    """The ledger's size in words, from its last measurement: ``About 3,012,400 runs: 100,000+
+    success, 1,204 failed, 3 running (counted 40 s ago)`` ("" while none has been made). Never
+    a count of the ledger on a page view."""
     if not found:
         return ""
-    total, cap = found.get("total"), int(found.get("cap") or 0)
+    total = found.get("total")
     by_status = found.get("by_status") or {}
     parts = [
-        f"{cap:,}+ {status}" if cap and count > cap else f"{count:,} {status}"
+        f"{status_count(found, status)} {status}"
         for status, count in sorted(by_status.items(), key=lambda item: -int(item[1]))
     ]
     head = f"About {int(total):,} runs" if isinstance(total, int) else "Runs"
-    return (
-        head + (": " + ", ".join(parts) if parts else "") + (" (as the leader last counted them)")
-    )
+    at = found.get("at")
+    if isinstance(at, (int, float)):
+        age = max(0.0, (time.time() if now is None else now) - at)
+        when = f"{age:.0f} s" if age < 120 else f"{age / 60:.0f} min"
+        tail = f" (counted {when} ago)"
+    else:
+        tail = " (as the leader last counted them)"
+    return head + (": " + ", ".join(parts) if parts else "") + tail
+
+
+def status_count(found: dict[str, Any] | None, status: str) -> str:
+    """How many runs of ``status`` the last measurement found, in words: ``1,204``, ``100,000+``
+    past the cap, ``0`` for none ("" with no measurement)."""
+    if not found:
+        return ""
+    count, cap = int((found.get("by_status") or {}).get(status, 0)), int(found.get("cap") or 0)
+    return f"{cap:,}+" if cap and count > cap else f"{count:,}"

@@ -3,6 +3,7 @@ run's pieces: :mod:`.pieces`)."""
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 from typing import Any, cast
 
@@ -28,12 +29,16 @@ from ..ledger.piece_runs import progress_of
 from ..models import JobDefinition, JobRun, RunStatus
 from ..ops.status import ledger_counts
 from ..validation import whole_number
-from .display import duration_text, ledger_size, moment_column, run_badge
+from .display import duration_text, ledger_size, moment_column, run_badge, status_count
 from .lookups import list_lookup_allowed
 from .pieces import RunPieces
 from .readonly import ReadOnlyAdmin
 
+logger = logging.getLogger("django_cluster_cron.admin")
+
 COUNT_CAP = 10_000
+# Where the run list's view leaves the ledger's counts for its status filter.
+LEDGER_ATTR = "cluster_cron_ledger"
 # Statuses whose reason the list shows under the badge: why the slot did not run, or waits.
 NOT_RUN = (RunStatus.SKIPPED, RunStatus.MISSED, RunStatus.CANCELLED, RunStatus.BUFFERED)
 JOB_FILTER_CHOICES = 30
@@ -102,6 +107,23 @@ class LedgerChangeList(ChangeList):
         return bool(field) and any(key.startswith(f"{field}__") for key in self.params)
 
 
+class StatusFilter(admin.SimpleListFilter):
+    """By status, each with its count from the ledger's last measurement (never counted here)."""
+
+    title = "status"
+    parameter_name = "status__exact"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        found = getattr(request, LEDGER_ATTR, None)
+        return [
+            (value, f"{label} ({count})" if (count := status_count(found, value)) else label)
+            for value, label in RunStatus.choices
+        ]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        return queryset.filter(status=self.value()) if self.value() else queryset
+
+
 class JobFilter(admin.SimpleListFilter):
     """Filter by job without scanning the ledger for the jobs that occur in it."""
 
@@ -138,7 +160,7 @@ class JobRunAdmin(RunPieces, ReadOnlyAdmin):
         "worker_short",
     )
     list_display_links = ("slot",)
-    list_filter = ("status", "trigger", JobFilter)
+    list_filter = (StatusFilter, "trigger", JobFilter)
     list_select_related = ("job",)
     date_hierarchy = "scheduled_for"
     search_fields = ("=task_id", "job__name")
@@ -214,13 +236,17 @@ class JobRunAdmin(RunPieces, ReadOnlyAdmin):
         return cast("QuerySet[JobRun]", ledger.order_by(*ordering))
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
-        """The list, headed by the ledger's size as the leader measured it (never counted here:
-        the list itself counts at most ``COUNT_CAP`` + 1 rows)."""
+        """The list, headed by the ledger's size as last measured (never counted here: the list
+        itself counts at most ``COUNT_CAP`` + 1 rows); the status filter shows the same counts."""
         try:
-            size = ledger_size(ledger_counts())
-        except Exception:  # the lease backend unreadable: the list is still shown
-            size = ""
-        return super().changelist_view(request, {**(extra_context or {}), "ledger_size": size})
+            found = ledger_counts()
+        except Exception:  # the lease backend or the cache unreadable: the list is still shown
+            logger.warning("admin.ledger_counts_unavailable", exc_info=True)
+            found = None
+        setattr(request, LEDGER_ATTR, found)
+        return super().changelist_view(
+            request, {**(extra_context or {}), "ledger_size": ledger_size(found)}
+        )
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return LedgerChangeList

@@ -6,11 +6,13 @@ database's own statistics (PostgreSQL's ``pg_class.reltuples``, MySQL's and Mari
 ids, which only grow), and :func:`status_counts` counts each status up to a cap through the
 (status, slot) index. The leader measures both after each pruning pass and puts them in its node
 report; pages read the report (``ops.status.ledger_counts``), so what they show is at most a
-pass old.
+pass old. Where no leader reports (a site whose schedulers are stopped), a page view starts the
+same measurement on a thread and keeps it in Django's cache for a minute.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from django.db import connection
@@ -61,5 +63,11 @@ def status_counts(cap: int = CAP) -> dict[str, int]:
 
 
 def measure(cap: int = CAP) -> dict[str, Any]:
-    """What the leader reports of the ledger: ``{"total", "by_status", "cap"}``."""
-    return {"total": estimated_total(), "by_status": status_counts(cap), "cap": cap}
+    """What the leader reports of the ledger: ``{"total", "by_status", "cap", "at"}`` (``at``:
+    when, in seconds since the epoch)."""
+    return {
+        "total": estimated_total(),
+        "by_status": status_counts(cap),
+        "cap": cap,
+        "at": time.time(),
+    }

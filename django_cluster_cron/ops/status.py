@@ -10,6 +10,8 @@ time here is the database's (docs/explanation/guarantees.md, "one clock").
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -136,10 +138,48 @@ def force_release_lock(name: str) -> bool:
     return deleted
 
 
+# Where a site with no leader reporting keeps its own count of the ledger, and how old that
+# count may grow before a page view starts a new one.
+LEDGER_KEY = "django_cluster_cron:ledger_counts"
+LEDGER_MAX_AGE = 60.0
+_COUNTING_KEY = LEDGER_KEY + ":counting"
+
+
 def ledger_counts() -> dict[str, Any] | None:
-    """The ledger's size as the leader last measured it (``ledger.counts.measure``): None while
-    no leader has reported one. Reads the lease backend and the node reports, not the ledger."""
+    """The ledger's size for the pages (``ledger.counts.measure``), never counted on the page
+    view itself: as the leader last measured it (its node report), or, while no leader reports
+    one, as this site last counted it in Django's cache. A page that finds the cached count
+    missing or older than LEDGER_MAX_AGE starts a count on a thread of its own (one at a time
+    across the site) and shows what there is meanwhile: None the first time."""
     status = cluster_status(runs=False)
     report = status.leader_report
     found = None if report is None else report.get("ledger")
-    return found if isinstance(found, dict) else None
+    if isinstance(found, dict):
+        return found
+    from django.core.cache import cache
+
+    cached = cache.get(LEDGER_KEY)
+    cached = cached if isinstance(cached, dict) else None
+    at = None if cached is None else cached.get("at")
+    if (not isinstance(at, (int, float)) or time.time() - at > LEDGER_MAX_AGE) and cache.add(
+        _COUNTING_KEY, 1, timeout=int(4 * LEDGER_MAX_AGE)
+    ):
+        threading.Thread(target=_count_ledger, name="cluster-cron-count", daemon=True).start()
+    return cached
+
+
+def _count_ledger() -> None:
+    from django.core.cache import cache
+    from django.db import connections
+
+    from ..ledger.counts import measure
+
+    try:
+        cache.set(LEDGER_KEY, measure(), timeout=int(60 * LEDGER_MAX_AGE))
+    except Exception:  # a thread's traceback would go to stderr, unlabelled
+        logger.exception("ledger.count_failed")
+    finally:
+        try:
+            cache.delete(_COUNTING_KEY)
+        finally:
+            connections.close_all()  # this thread's
