@@ -14,7 +14,10 @@ six succeed, the rest fail, are missed or skipped). Then, in one run:
 * pruning: passes of --batch runs by the project's default policy (30 days, failures 90, the
   newest 10 of each job and status kept), rows per second per pass and overall, until --passes
   passes or nothing is left to prune;
-* the pages again, after pruning.
+* the pages again, after pruning;
+* the leader's idle tick (median of --ticks ticks, none due) with the ledger empty and full;
+* a burst of --burst jobs due at once, timed until every message is in the broker, alone and
+  beside pruning passes running on another thread (--burst-reps of each, alternated).
 """
 
 from __future__ import annotations
@@ -23,16 +26,18 @@ import argparse
 import statistics
 import time
 
+import _peers as peers
 from _env import boot
 
 
-def fill(jobs: int, runs: int, days: int) -> None:
+def make_jobs(jobs: int) -> int:
+    """``jobs`` jobs every minute whose next slot is a day away (none due while the bench runs);
+    returns the first one's id."""
     from datetime import timedelta
 
-    from django.db import connection
     from django.utils import timezone
 
-    from django_cluster_cron.models import JobDefinition, JobRun
+    from django_cluster_cron.models import JobDefinition
 
     now = timezone.now().replace(microsecond=0)
     JobDefinition.objects.bulk_create(
@@ -49,6 +54,16 @@ def fill(jobs: int, runs: int, days: int) -> None:
     )
     first = JobDefinition.objects.order_by("pk").values_list("pk", flat=True).first()
     assert first is not None
+    return first
+
+
+def fill(first: int, jobs: int, runs: int, days: int) -> None:
+    from django.db import connection
+    from django.utils import timezone
+
+    from django_cluster_cron.models import JobRun
+
+    now = timezone.now().replace(microsecond=0)
     table = JobRun._meta.db_table
     # Run g: job first + g mod jobs, its slot g / runs of the way back over the days (so each
     # job's slots are apart by days / (runs / jobs)); statuses cycle over 12 with 10 successes.
@@ -111,6 +126,95 @@ def fill(jobs: int, runs: int, days: int) -> None:
     )
 
 
+def idle_tick(ticks: int) -> float:
+    """The median of ``ticks`` idle ticks of a leader (ms), after one to take the lease."""
+    scheduler = peers.build_ours("ledger-idle")
+    try:
+        scheduler.step()
+        timings = []
+        for _ in range(ticks):
+            begin = time.perf_counter()
+            scheduler.step()
+            timings.append((time.perf_counter() - begin) * 1000)
+    finally:
+        scheduler.shutdown()
+    return statistics.median(timings)
+
+
+def burst(n: int, beside_prune: bool) -> float:
+    """Seconds from the first tick until ``n`` jobs due together are all in the broker; with
+    ``beside_prune``, pruning passes of 10,000 runs run on another thread meanwhile."""
+    import threading
+
+    from django.db import connections
+    from django.utils import timezone
+
+    from django_cluster_cron.ledger import retention
+    from django_cluster_cron.models import JobChange, JobDefinition, JobRun
+
+    def clear() -> None:
+        ids = list(
+            JobDefinition.all_objects.filter(name__startswith="burst-").values_list("pk", flat=True)
+        )
+        for start in range(0, len(ids), 2000):
+            chunk = ids[start : start + 2000]
+            for model in (JobRun, JobChange):
+                model.objects.filter(job_id__in=chunk)._raw_delete(model.objects.db)
+            JobDefinition.all_objects.filter(pk__in=chunk)._raw_delete(JobDefinition.objects.db)
+
+    clear()
+    cron, _ = peers.due_cron()
+    last = peers.last_run(cron)
+    from django_cluster_cron.schedule import fire_times
+
+    JobDefinition.objects.bulk_create(
+        (
+            JobDefinition(
+                name=f"burst-{i}",
+                cron=cron,
+                timezone="UTC",
+                task=peers.TASK,
+                args=peers.ARGS,
+                last_scheduled_at=last,
+                next_run_at=fire_times(cron, "UTC", last, 1)[0],
+            )
+            for i in range(n)
+        ),
+        batch_size=2000,
+    )
+    peers.clear_queue()
+    stop = threading.Event()
+    pruned = [0]
+
+    def pruning() -> None:
+        try:
+            while not stop.is_set():
+                result = retention.prune(now=timezone.now(), limit=10_000)
+                pruned[0] += result.runs
+                if not result.full:
+                    break
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=pruning, daemon=True)
+    scheduler = peers.build_ours("ledger-burst")
+    try:
+        if beside_prune:
+            thread.start()
+        seconds, done = peers.wait_for_queue(n, 600, scheduler.step)
+    finally:
+        stop.set()
+        scheduler.shutdown()
+        if beside_prune:
+            thread.join()
+    if not done:
+        raise SystemExit(f"burst: not all {n:,} messages in the broker after 600 s")
+    if beside_prune and not pruned[0]:
+        raise SystemExit("burst: the pruning thread pruned nothing: the comparison is void")
+    clear()
+    return seconds
+
+
 def pages(repeat: int, label: str) -> None:
     from datetime import timedelta
 
@@ -163,6 +267,21 @@ def pages(repeat: int, label: str) -> None:
             f"{name:<30} {queries:>7} {p95(db_times) * 1000:>7.1f}ms "
             f"{statistics.median(whole) * 1000:>7.1f}ms {p95(whole) * 1000:>7.1f}ms"
         )
+    # /metrics is the scheduler's own endpoint: what it serves is in memory, whatever the ledger.
+    from prometheus_client import generate_latest
+
+    from django_cluster_cron.ops import metrics
+
+    metrics.get()
+    whole = []
+    for _ in range(repeat):
+        begin = time.perf_counter()
+        generate_latest(metrics.registry())
+        whole.append(time.perf_counter() - begin)
+    print(
+        f"{'metrics scrape':<30} {0:>7} {0:>7.1f}ms "
+        f"{statistics.median(whole) * 1000:>7.1f}ms {p95(whole) * 1000:>7.1f}ms"
+    )
 
 
 def p95(values: list[float]) -> float:
@@ -200,10 +319,33 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--batch", type=int, default=10_000)
     parser.add_argument("--passes", type=int, default=20)
+    parser.add_argument("--ticks", type=int, default=200, help="idle ticks timed (0: none)")
+    parser.add_argument("--burst", type=int, default=10_000, help="jobs in the burst (0: none)")
+    parser.add_argument("--burst-reps", type=int, default=3)
     args = parser.parse_args()
     boot()
-    fill(args.jobs, args.runs, args.days)
+    peers.quiet()
+    first = make_jobs(args.jobs)
+    empty_tick = idle_tick(args.ticks) if args.ticks else None
+    fill(first, args.jobs, args.runs, args.days)
+    if empty_tick is not None:
+        full_tick = idle_tick(args.ticks)
+        print(
+            f"\nidle tick (median of {args.ticks}): empty ledger {empty_tick:.3f} ms, "
+            f"{args.runs:,} runs {full_tick:.3f} ms = {full_tick / empty_tick:.2f}x "
+            "(target <= 1.2x)"
+        )
     pages(args.repeat, f"pages at {args.runs:,} runs")
+    if args.burst:
+        alone, beside = [], []
+        for _ in range(args.burst_reps):
+            alone.append(burst(args.burst, beside_prune=False))
+            beside.append(burst(args.burst, beside_prune=True))
+        a, b = statistics.median(alone), statistics.median(beside)
+        print(
+            f"\nburst of {args.burst:,} (median of {args.burst_reps}): alone {a:.2f} s, beside "
+            f"pruning passes {b:.2f} s = {b / a:.2f}x (target <= 1.2x)"
+        )
     prune(args.batch, args.passes)
     pages(args.repeat, "pages after pruning")
 
