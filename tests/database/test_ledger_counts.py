@@ -106,3 +106,21 @@ def test_with_no_leader_a_page_starts_the_count_and_later_pages_show_it(admin_cl
     # The count is cached: a run added now shows once the count is a minute old, not before.
     make_runs([RunStatus.FAILED])
     assert "Failed (2)" in admin_client.get(url).content.decode()
+
+
+def test_the_size_line_and_the_status_filters_counts_in_words():
+    from django_cluster_cron.admin.display import ledger_size, status_count
+
+    found = {
+        "total": 3_012_400,
+        "by_status": {"failed": 1_204, "success": 100_001},
+        "cap": 100_000,
+        "at": 1_000.0,
+    }
+    assert ledger_size(found, now=1_040.0) == (
+        "About 3,012,400 runs: 100,000+ success, 1,204 failed (counted 40 s ago)"
+    )
+    assert ledger_size(found, now=1_000.0 + 600).endswith("(counted 10 min ago)")
+    assert (status_count(found, "success"), status_count(found, "failed")) == ("100,000+", "1,204")
+    assert status_count(found, "queued") == "0"
+    assert status_count(None, "failed") == "" and ledger_size(None) == ""
