@@ -56,11 +56,7 @@ class ClusterStatus:
     @property
     def leader_report(self) -> dict[str, Any] | None:
         """The node report of the node that holds the lease, if it has reported."""
-        leader = self.leader_node
-        for report in self.nodes:
-            if leader is not None and report.get("node") == leader:
-                return report
-        return None
+        return _report_of(self.nodes, self.leader_node)
 
     @property
     def redis_error(self) -> str:
@@ -103,6 +99,26 @@ def cluster_status(now: datetime | None = None, *, runs: bool = True) -> Cluster
 
         close_private_connection()
     return status
+
+
+def leader_report() -> dict[str, Any] | None:
+    """The node report of the node that holds the lease (None: no leader, or it has not
+    reported): the lease backend alone, not the database's lease row or the locks."""
+    backend = get_backend()
+    try:
+        leader = node_of(backend.lease(LEADER, "cluster-page", 1.0).holder())
+        if leader is None:
+            return None
+        reports = coordination_for(backend).reports.reports()
+    finally:
+        from ..leases.database import close_private_connection
+
+        close_private_connection()
+    return _report_of(reports, leader)
+
+
+def _report_of(reports: list[dict[str, Any]], node: str | None) -> dict[str, Any] | None:
+    return next((r for r in reports if node is not None and r.get("node") == node), None)
 
 
 def stuck_runs(now: datetime) -> Any:
@@ -151,8 +167,7 @@ def ledger_counts() -> dict[str, Any] | None:
     one, as this site last counted it in Django's cache. A page that finds the cached count
     missing or older than LEDGER_MAX_AGE starts a count on a thread of its own (one at a time
     across the site) and shows what there is meanwhile: None the first time."""
-    status = cluster_status(runs=False)
-    report = status.leader_report
+    report = leader_report()
     found = None if report is None else report.get("ledger")
     if isinstance(found, dict):
         return found
