@@ -23,7 +23,7 @@ from django.utils.safestring import SafeString
 
 from ..core.errors import ScheduleError
 from ..core.timezones import get_zone
-from ..models import JobDefinition, JobRun, RunStatus
+from ..models import JobDefinition, JobRun, RunStatus, not_ahead
 
 UTC = timezone.utc
 
@@ -143,11 +143,6 @@ def duration_text(value: timedelta | None) -> str:
         return f"{minutes} min {secs:02d} s"
     hours, minutes = divmod(minutes, 60)
     return f"{hours} h {minutes:02d} min"
-
-
-def not_ahead(runs: Any, now: datetime) -> Any:
-    """``runs`` without those recorded ahead of their time (they have not happened yet)."""
-    return runs.exclude(status=RunStatus.PENDING, due_at__gt=now)
 
 
 def ahead_due_by_job(job_ids: Sequence[int], now: datetime) -> dict[int, datetime]:

@@ -15,10 +15,10 @@ from django.utils import timezone
 
 from ..declared import CODE_FIELDS
 from ..ledger.summaries import trends
-from ..models import JobDefinition, JobRun, OverlapPolicy, RunStatus
+from ..models import JobDefinition, JobRun, OverlapPolicy, RunStatus, not_ahead
 from ..redaction import ARGUMENT_FIELDS
 from .declared import left_out
-from .display import ahead_due_by_job, not_ahead, recent_runs_by_job
+from .display import ahead_due_by_job, recent_runs_by_job
 from .job_actions import DELETED_READ_ONLY, JobOperations
 from .job_columns import TREND_DAYS, JobColumns
 from .job_form import POLICY_HELP, JobDefinitionForm

@@ -52,6 +52,7 @@ from .runs import (
     RunCancelled,
     RunStatus,
     RunTrigger,
+    not_ahead,
 )
 
 __all__ = [
@@ -98,4 +99,5 @@ __all__ = [
     "default_catchup_policy",
     "default_catchup_window",
     "default_overlap_policy",
+    "not_ahead",
 ]

@@ -325,3 +325,8 @@ class JobRun(models.Model):
         if self.cancel_requested_at is not None:
             by = f" by {self.cancel_requested_by}" if self.cancel_requested_by else ""
             raise RunCancelled(f"run {self.pk}: cancel requested{by}")
+
+
+def not_ahead(runs: Any, now: datetime) -> Any:
+    """``runs`` without those recorded ahead of their time (they have not happened yet)."""
+    return runs.exclude(status=RunStatus.PENDING, due_at__gt=now)
