@@ -203,6 +203,7 @@ def retry(run: JobRun) -> JobRun:
     run.refresh_from_db()
     publish([run])
     run.refresh_from_db()
+    record_change(run.job, "retry", note=f"run {run.pk}: attempt {run.attempt} ({run.status})")
     return run
 
 
@@ -240,12 +241,14 @@ def cancel(run: JobRun, *, reason: str = "cancelled by an operator", by: str = "
     if transitions.cancelled(run, reason):
         run.refresh_from_db()
         metrics.get().not_run(run.job.name, "cancelled")  # a running one: counted at its end
+        record_change(run.job, "cancel", note=f"run {run.pk}: {reason}")
         return run
     if transitions.cancel_requested(run, by=by or "an operator", reason=reason):
         logger.warning("run.cancel_requested run=%s job=%s by=%s", run.pk, run.job_id, by)
         if run.piece_count:  # its pieces not started are cancelled, the running ones stop
             settle_pieces(run)
         run.refresh_from_db()
+        record_change(run.job, "cancel", note=f"run {run.pk} asked to stop: {reason}")
         return run
     run.refresh_from_db()
     if run.cancel_requested:

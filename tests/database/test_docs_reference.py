@@ -8,6 +8,7 @@ No database or Redis is used; Django is set up only to load the management comma
 
 from __future__ import annotations
 
+import argparse
 import re
 from pathlib import Path
 
@@ -111,11 +112,19 @@ def test_every_check_id_is_documented():
 
 
 def own_options(command_name: str) -> set[str]:
-    """The command's options, without the ones every Django command has."""
+    """The command's options (its verbs' too), without the ones every Django command has."""
+
+    def of(parser: argparse.ArgumentParser) -> set[str]:
+        found = set()
+        for action in parser._actions:
+            found |= set(action.option_strings)
+            if isinstance(action, argparse._SubParsersAction):
+                for verb in action.choices.values():
+                    found |= of(verb)
+        return found
 
     def options(command: BaseCommand, name: str) -> set[str]:
-        parser = command.create_parser("manage.py", name)
-        return {opt for action in parser._actions for opt in action.option_strings}
+        return of(command.create_parser("manage.py", name))
 
     command = load_command_class("django_cluster_cron", command_name)
     return options(command, command_name) - options(BaseCommand(), "base")

@@ -105,13 +105,12 @@ def test_the_leader_sums_up_each_ended_day_once_equal_to_its_runs():
 
 def test_a_deposed_leader_sums_up_nothing():
     job = make_job()
-    runs_on(job, 1, ["success"])
+    runs_on(job, summaries.DAYS_BACK, ["success"])  # the oldest ended day: the first summed up
     old = Fence.claim("old-node", "old-token")
     Fence.claim("new-node", "new-token")
     pruner = Pruner(term=cast(Any, None), clock=lambda: NOW)
     with pytest.raises(FencedOut):
-        for _ in range(summaries.DAYS_BACK):
-            pruner.sum_up_a_day(old, NOW)
+        pruner.sum_up_a_day(old, NOW)
     assert not RunSummary.objects.exists()
 
 

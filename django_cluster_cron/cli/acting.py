@@ -1,0 +1,149 @@
+"""The verbs that act: ``trigger``, ``pause``, ``resume``, ``retry`` and ``cancel``, each through
+the action the admin's button calls (``django_cluster_cron.actions``, the job's own ``pause`` and
+``resume``), under ``--by`` in the job's audit trail."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from django.utils import timezone
+
+from .. import actions, audit
+from ..models import FINAL_STATUSES, JobRun, RunStatus
+from .common import Refused, Reply, find_job, find_run, parse_when, run_data, shown, state_of
+
+# How often ``trigger --wait`` looks at its run.
+WAIT_POLL = 0.5
+# Most failed runs one ``retry --job`` sends again.
+RETRY_MOST = 1000
+
+
+def _acting(options: dict[str, Any]) -> Any:
+    return audit.acting(options["by"], via="cli", note=options.get("note") or None)
+
+
+def trigger(options: dict[str, Any], *, echo: Callable[[str], None]) -> Reply:
+    job = find_job(options["job"])
+    with _acting(options):
+        try:
+            run = actions.run_now(
+                job, by=f"cli:{options['by']}", overlap_policy=options["overlap_policy"]
+            )
+        except actions.ActionRefused as exc:
+            raise Refused(str(exc)) from None
+    said = f"Run {run.pk} of {job.name} for {shown(run.scheduled_for)}: {run.status}"
+    if run.reason:
+        said += f" ({run.reason})"
+    if not options["wait"]:
+        return Reply({"run": run_data(run)}, said)
+    echo(said + "; waiting for it to end…")
+    deadline = time.monotonic() + options["timeout"]
+    while run.status not in FINAL_STATUSES:
+        if time.monotonic() >= deadline:
+            return Reply(
+                {"run": run_data(run), "timed_out": True},
+                f"Run {run.pk} is still {run.status} after {options['timeout']:g} s.",
+                code=1,
+            )
+        time.sleep(WAIT_POLL)
+        run.refresh_from_db()
+    ended = f"Run {run.pk} ended {run.status}"
+    if run.duration is not None:
+        ended += f" after {run.duration.total_seconds():.1f} s"
+    if run.error:
+        ended += f": {run.error.splitlines()[0]}"
+    elif run.reason:
+        ended += f" ({run.reason})"
+    return Reply(
+        {"run": run_data(run), "timed_out": False},
+        ended,
+        code=0 if run.status == RunStatus.SUCCESS else 1,
+    )
+
+
+def pause(options: dict[str, Any]) -> Reply:
+    job = find_job(options["job"])
+    already = not job.enabled
+    with _acting(options):
+        job.pause(options["note"] or "")
+    said = (
+        f"{job.name} was paused already; its note is now {job.pause_note!r}."
+        if already
+        else (f"Paused {job.name}" + (f": {job.pause_note}" if job.pause_note else "."))
+    )
+    return Reply({"job": _job_state(job), "changed": not already}, said)
+
+
+def resume(options: dict[str, Any]) -> Reply:
+    job = find_job(options["job"])
+    if job.enabled:
+        return Reply({"job": _job_state(job), "changed": False}, f"{job.name} is not paused.")
+    with _acting(options):
+        job.resume()
+    job.refresh_from_db()
+    return Reply(
+        {"job": _job_state(job), "changed": True},
+        f"Resumed {job.name}; it runs from its next slot, {shown(job.next_run_at)} (the slots "
+        "that fell while it was paused are not caught up).",
+    )
+
+
+def _job_state(job: Any) -> dict[str, Any]:
+    return {
+        "id": job.pk,
+        "name": job.name,
+        "state": state_of(job),
+        "pause_note": job.pause_note or None,
+    }
+
+
+def retry(options: dict[str, Any]) -> Reply:
+    if options["run"] is not None:
+        if options["job"] or options["since"]:
+            raise Refused("Give a run, or --job (with --failed and --since), not both.")
+        runs = [find_run(options["run"])]
+    elif options["job"]:
+        if not options["failed"]:
+            raise Refused("retry --job retries failed runs only: add --failed.")
+        job = find_job(options["job"], deleted=True)
+        chosen = JobRun.objects.select_related("job").filter(job=job, status=RunStatus.FAILED)
+        if options["since"]:
+            since = parse_when(options["since"], timezone.now(), what="--since")
+            chosen = chosen.filter(scheduled_for__gte=since)
+        runs = list(chosen.order_by("scheduled_for")[: RETRY_MOST + 1])
+        if len(runs) > RETRY_MOST:
+            raise Refused(f"More than {RETRY_MOST:,} failed runs match: narrow them with --since.")
+    else:
+        raise Refused("Give a run id, or --job JOB --failed [--since …].")
+    retried, refused = [], []
+    with _acting(options):
+        for run in runs:
+            try:
+                retried.append(actions.retry(run))
+            except actions.ActionRefused as exc:
+                refused.append(str(exc))
+    if options["run"] is not None and refused:
+        raise Refused(refused[0])
+    lines = [f"Run {run.pk}: attempt {run.attempt}, {run.status}." for run in retried]
+    lines += refused
+    if not runs:
+        lines = ["No failed run matches."]
+    return Reply(
+        {"runs": [run_data(run) for run in retried], "refused": refused},
+        "\n".join(lines),
+        code=1 if refused and not retried else 0,
+    )
+
+
+def cancel(options: dict[str, Any]) -> Reply:
+    run = find_run(options["run"])
+    with _acting(options):
+        try:
+            run = actions.cancel(
+                run, reason=options["reason"] or "cancelled by an operator", by=options["by"]
+            )
+        except actions.ActionRefused as exc:
+            raise Refused(str(exc)) from None
+    return Reply({"run": run_data(run)}, actions.cancel_outlook(run))

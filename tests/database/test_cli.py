@@ -1,0 +1,220 @@
+"""``manage.py cron`` driven as an operator drives it, in process (``call_command``): each verb's
+text and JSON, its exit status, refusals in the admin's words, and the actor in the job's audit
+trail. As real processes with a real worker (``trigger --wait``):
+tests/cluster/test_cli_processes.py.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from datetime import timedelta
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.utils import timezone
+
+from django_cluster_cron.models import JobChange, JobDefinition, JobRun, RunStatus
+from tests.support.jobs import make_run
+from tests.support.querycount import count_queries
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def make_job(name, task="tests.record", args=None, **fields) -> JobDefinition:
+    """A job named ``name`` (paused unless ``enabled=True``)."""
+    fields.setdefault("enabled", False)
+    job = JobDefinition(
+        name=name,
+        cron=fields.pop("cron", "0 0 1 1 *"),
+        timezone=fields.pop("timezone", "UTC"),
+        task=task,
+        args=["made"] if args is None and task == "tests.record" else (args or []),
+        **fields,
+    )
+    job.full_clean()
+    job.save()
+    return job
+
+
+def cron(*args: str, stdin_tty: bool = True) -> tuple[str, str]:
+    """Run ``cron`` with ``args``; (stdout, stderr). A refusal raises CommandError."""
+    out, err = io.StringIO(), io.StringIO()
+    call_command("cron", *args, stdout=out, stderr=err)
+    return out.getvalue(), err.getvalue()
+
+
+def as_json(*args: str) -> dict:
+    return json.loads(cron(*args, "--json")[0])
+
+
+def refused(*args: str) -> CommandError:
+    with pytest.raises(CommandError) as caught:
+        cron(*args)
+    assert caught.value.returncode == 1
+    return caught.value
+
+
+def test_list_shows_each_job_soonest_first_in_one_query():
+    soon = make_job("soon", enabled=True, cron="*/5 * * * *", timezone="Europe/Paris")
+    later = make_job("later", enabled=True, cron="0 3 * * *")
+    paused = make_job("paused-one")
+    paused.pause("vendor down")
+    make_run(soon, status=RunStatus.FAILED)
+    with count_queries() as log:
+        text, _ = cron("list")
+    assert len(log) == 1
+    lines = text.splitlines()
+    assert lines[0].split() == [
+        "NEXT",
+        "LEFT",
+        "LAST",
+        "RESULT",
+        "JOB",
+        "SCHEDULE",
+        "ZONE",
+        "STATE",
+    ]
+    assert [line.split("  ")[0] for line in lines[1:]][:1] != []
+    order = [name for line in lines[1:] for name in ("soon", "later", "paused-one") if name in line]
+    assert order == ["soon", "later", "paused-one"]
+    assert "Every 5 minutes" in text
+    assert "CET" in text or "CEST" in text
+    assert "paused: vendor down" in text
+    data = as_json("list")
+    assert [j["name"] for j in data["jobs"]] == ["soon", "later", "paused-one"]
+    first = data["jobs"][0]
+    assert first["last_status"] == "failed"
+    assert first["state"] == "enabled"
+    assert first["next_run"].endswith("Z")
+    assert first["schedule"] == "*/5 * * * *"
+    assert data["jobs"][2]["next_run"] is None
+    assert data["jobs"][2]["pause_note"] == "vendor down"
+    assert [j["name"] for j in as_json("list", "--failing")["jobs"]] == ["soon"]
+    assert [j["name"] for j in as_json("list", "--paused")["jobs"]] == ["paused-one"]
+    assert [j["name"] for j in as_json("list", "--search", "LAT")["jobs"]] == ["later"]
+    assert later.pk in [j["id"] for j in as_json("list")["jobs"]]
+
+
+def test_list_late_finds_a_job_whose_next_run_passed_unrecorded():
+    late = make_job("late", enabled=True)
+    JobDefinition.objects.filter(pk=late.pk).update(
+        next_run_at=timezone.now() - timedelta(minutes=10)
+    )
+    make_job("on-time", enabled=True)
+    assert [j["name"] for j in as_json("list", "--late")["jobs"]] == ["late"]
+
+
+def test_describe_shows_schedule_policies_next_and_last_runs_and_alerts():
+    job = make_job("report", enabled=True, cron="30 2 * * *", timezone="Europe/Paris")
+    JobDefinition.objects.filter(pk=job.pk).update(consecutive_failures=2)
+    run = make_run(job, status=RunStatus.FAILED)
+    JobRun.objects.filter(pk=run.pk).update(error="ValueError: bad input\nTraceback…")
+    text, _ = cron("describe", "report")
+    assert "At 02:30" in text
+    assert "zone Europe/Paris" in text
+    assert text.count("CET") + text.count("CEST") >= 10
+    assert f"{run.pk:>8}" in text
+    assert "ValueError: bad input" in text
+    assert "2 failure(s) in a row" in text
+    data = as_json("describe", str(job.pk))
+    assert data["job"]["name"] == "report"
+    assert data["job"]["cron"] == "30 2 * * *"
+    assert len(data["next"]) == 10
+    assert data["runs"][0]["status"] == "failed"
+    assert data["alerts"][0].startswith("2 failure(s) in a row")
+
+
+def test_next_previews_a_job_or_an_expression_and_refuses_a_bad_one_as_the_admin_does():
+    make_job("nightly", cron="0 1 * * *", timezone="UTC")
+    data = as_json("next", "nightly", "--count", "3")
+    assert [t["due"][11:] for t in data["fire_times"]] == ["01:00:00Z"] * 3
+    window = as_json("next", "--expr", "0 */6 * * *", "--between", "2030-01-01", "2030-01-02")
+    assert [t["due"] for t in window["fire_times"]] == [
+        "2030-01-01T00:00:00Z",
+        "2030-01-01T06:00:00Z",
+        "2030-01-01T12:00:00Z",
+        "2030-01-01T18:00:00Z",
+        "2030-01-02T00:00:00Z",
+    ]
+    # Through a DST change: the note says so.
+    text, _ = cron(
+        "next",
+        "--expr",
+        "30 2 * * *",
+        "--tz",
+        "Europe/Paris",
+        "--between",
+        "2031-03-29",
+        "2031-03-31",
+    )
+    assert "DST" in text or "clocks" in text or "skipped" in text.lower(), text
+    relative = as_json("next", "--expr", "@every 90m", "--between", "now", "now+3h")
+    assert len(relative["fire_times"]) == 2
+    bad = refused("next", "--expr", "61 * * * *")
+    assert "minute field: '61'" in str(bad)
+    assert "0-59" in str(bad)
+    assert "is not a time zone" in str(refused("next", "--expr", "* * * * *", "--tz", "Mars/Base"))
+    assert "is not a time" in str(refused("next", "--expr", "* * * * *", "--between", "x", "y"))
+
+
+def test_runs_lists_newest_first_with_filters():
+    job = make_job("runner")
+    failed = make_run(job, status=RunStatus.FAILED)
+    ok = make_run(job, status=RunStatus.SUCCESS)
+    data = as_json("runs", "runner")
+    assert [r["id"] for r in data["runs"]] == [failed.pk, ok.pk]  # newer slot first
+    assert [r["id"] for r in as_json("runs", "--status", "success")["runs"]] == [ok.pk]
+    assert "is not a run status" in str(refused("runs", "--status", "done"))
+    assert "No job named 'nobody'" in str(refused("runs", "nobody"))
+
+
+def test_trigger_records_a_manual_run_under_the_actor(settings):
+    job = make_job("now-please", task="tests.add", args=[1, 2])
+    data = as_json("trigger", "now-please", "--by", "alice@laptop")
+    run = JobRun.objects.get(pk=data["run"]["id"])
+    assert run.trigger == "manual"
+    assert run.job_id == job.pk
+    entry = JobChange.objects.filter(job=job, action="run_now").get()
+    assert (entry.actor, entry.via) == ("alice@laptop", "cli")
+
+
+def test_pause_and_resume_with_the_note_and_the_default_actor():
+    job = make_job("pausable", enabled=True)
+    text, _ = cron("pause", "pausable", "--note", "vendor API down")
+    assert text.strip() == "Paused pausable: vendor API down"
+    job.refresh_from_db()
+    assert (job.enabled, job.pause_note) == (False, "vendor API down")
+    entry = JobChange.objects.filter(job=job).latest("pk")
+    assert entry.via == "cli"
+    assert "@" in entry.actor
+    assert as_json("resume", "pausable")["changed"] is True
+    assert as_json("resume", "pausable")["changed"] is False
+    job.refresh_from_db()
+    assert job.enabled
+    assert job.pause_note == ""
+
+
+def test_retry_a_failed_run_and_refuse_one_that_did_not_fail():
+    job = make_job("retrying", task="tests.add", args=[1, 2])
+    failed = make_run(job, status=RunStatus.FAILED)
+    data = as_json("retry", str(failed.pk), "--by", "bob")
+    assert data["runs"][0]["attempt"] == 2
+    assert JobChange.objects.filter(job=job, action="retry", actor="bob").exists()
+    ok = make_run(job, status=RunStatus.SUCCESS)
+    assert "not failed: only failed runs retry" in str(refused("retry", str(ok.pk)))
+    assert "no one is at a terminal" in str(refused("retry", "--job", "retrying", "--failed"))
+
+
+def test_cancel_needs_yes_without_a_terminal_and_cancels_a_waiting_run(monkeypatch):
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))
+    job = make_job("cancelling")
+    run = make_run(job, status=RunStatus.QUEUED)
+    assert "add --yes" in str(refused("cancel", str(run.pk)))
+    assert JobRun.objects.get(pk=run.pk).status == RunStatus.QUEUED
+    text, _ = cron("cancel", str(run.pk), "--yes", "--reason", "wrong input", "--by", "carol")
+    assert f"Run {run.pk} is cancelled" in text
+    assert JobRun.objects.get(pk=run.pk).status == RunStatus.CANCELLED
+    assert JobChange.objects.filter(job=job, action="cancel", actor="carol").exists()
+    again = refused("cancel", str(run.pk), "--yes")
+    assert "only a waiting or running run can be cancelled" in str(again)
