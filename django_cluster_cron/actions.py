@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 
 from . import dispatch
 from .celery_app import terminate_refusal
@@ -118,15 +119,27 @@ def run_now(job: JobDefinition, *, by: str = "admin", overlap_policy: str | None
     return run
 
 
+# What a backfill runs again of the runs its range has already: none (only the slots without a
+# run), the failed ones, or every run that has ended (a run split into pieces is left alone).
+REPROCESS = ("none", "failed", "all")
+
+
 @dataclass(frozen=True)
 class BackfillPlan:
     slots: list[datetime]  # slots in the range that have no run yet
-    existing: int  # slots in the range that already have a run (left alone)
+    existing: int  # slots in the range that already have a run (left alone unless reprocessed)
     truncated: bool  # the range holds more than BACKFILL_LIMIT new slots
+    again: tuple[JobRun, ...] = ()  # runs of the range it runs again (``reprocess``)
 
 
-def plan_backfill(job: JobDefinition, start: datetime, end: datetime) -> BackfillPlan:
-    """The slots of ``job`` in ``(start, end]`` a backfill would create (bounded)."""
+def plan_backfill(
+    job: JobDefinition, start: datetime, end: datetime, reprocess: str = "none"
+) -> BackfillPlan:
+    """The slots of ``job`` in ``(start, end]`` a backfill would create (bounded), and the runs
+    of the range it would run again: ``reprocess`` "failed" its failed runs, "all" every run
+    that has ended."""
+    if reprocess not in REPROCESS:
+        raise ActionRefused(f"Unknown reprocess {reprocess!r}: use one of {', '.join(REPROCESS)}.")
     if end <= start:
         raise ActionRefused("The end of the range must be after its start.")
     if end > database_now():
@@ -148,7 +161,22 @@ def plan_backfill(job: JobDefinition, start: datetime, end: datetime) -> Backfil
     new = [s for s in slots if s not in taken]
     if len(new) > BACKFILL_LIMIT:
         new, truncated = new[:BACKFILL_LIMIT], True
-    return BackfillPlan(slots=new, existing=len(taken), truncated=truncated)
+    again: tuple[JobRun, ...] = ()
+    if reprocess != "none":
+        ended = (
+            (RunStatus.FAILED,)
+            if reprocess == "failed"
+            else (RunStatus.FAILED, *transitions.RERUNNABLE)
+        )
+        chosen = JobRun.objects.select_related("job").filter(
+            job=job, scheduled_for__gt=start, scheduled_for__lte=end, status__in=ended
+        )
+        if reprocess == "all":
+            chosen = chosen.exclude(~Q(status=RunStatus.FAILED) & Q(piece_count__gt=0))
+        again = tuple(chosen.order_by("scheduled_for")[: BACKFILL_LIMIT + 1])
+        if len(again) > BACKFILL_LIMIT:
+            again, truncated = again[:BACKFILL_LIMIT], True
+    return BackfillPlan(slots=new, existing=len(taken), truncated=truncated, again=again)
 
 
 # A backfill's runs wait their turn one after another, in slot order, unless the operator
@@ -163,15 +191,19 @@ def backfill(
     *,
     by: str = "admin",
     overlap_policy: str | None = None,
+    reprocess: str = "none",
 ) -> list[JobRun]:
     """Record and publish ``backfill`` runs for the range's missing slots, through the overlap
     policy ``overlap_policy`` — by default ``buffer_all``: the first runs now (if nothing of
-    the job's backfill runs), the rest wait and run one at a time in slot order."""
+    the job's backfill runs), the rest wait and run one at a time in slot order. With
+    ``reprocess``, the range's runs it names run again too, each as its next attempt (failed
+    ones as a retry does); returned after the new ones."""
     policy = overlap_override(job, overlap_policy) or BACKFILL_POLICY
-    plan = plan_backfill(job, start, end)
+    plan = plan_backfill(job, start, end, reprocess)
     if plan.truncated:
         raise ActionRefused(
-            f"The range holds more than {BACKFILL_LIMIT:,} slots without a run; narrow it."
+            f"The range holds more than {BACKFILL_LIMIT:,} slots without a run, or runs to "
+            "reprocess; narrow it."
         )
     counts = _activity(job)
     decided = [
@@ -184,13 +216,24 @@ def backfill(
     rows = [run for run, _ in decided]
     created = list(JobRun.objects.filter(job=job, task_id__in=[r.task_id for r in rows]))
     publish(created)
+    again = []
+    for run in plan.again:
+        if run.status == RunStatus.FAILED and run.piece_count:
+            again.append(retry_pieces(run))
+        elif transitions.retried(run) or transitions.rerun(run):
+            run.refresh_from_db()
+            again.append(run)
+    publish(again)
+    for run in again:
+        run.refresh_from_db()
     record_change(
         job,
         "backfill",
-        note=f"{len(rows)} slots in ({start:%Y-%m-%d %H:%M:%S %Z}, {end:%Y-%m-%d %H:%M:%S %Z}]",
+        note=f"{len(rows)} slots in ({start:%Y-%m-%d %H:%M:%S %Z}, {end:%Y-%m-%d %H:%M:%S %Z}]"
+        + (f", {len(again)} runs again ({reprocess})" if again else ""),
     )
-    logger.info("run.backfill job=%s slots=%s by=%s", job.pk, len(rows), by)
-    return created
+    logger.info("run.backfill job=%s slots=%s again=%s by=%s", job.pk, len(rows), len(again), by)
+    return created + again
 
 
 def retry(run: JobRun) -> JobRun:

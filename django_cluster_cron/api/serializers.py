@@ -124,7 +124,7 @@ class JobSerializer(ModelValidated):
             )
         if job is not None and job.source == "code":
             changed = {
-                name: [f"Defined in code at {job.code_origin}: change it there and sync."]
+                name: [job.code_owned]
                 for name, value in attrs.items()
                 if (name in DEFINITION_FIELDS or name == "name") and getattr(job, name) != value
             }
@@ -207,9 +207,7 @@ class JobSerializer(ModelValidated):
             # Only what a GET gave (masked) is taken back: a request can neither change the
             # arguments of a job declared in code nor confirm a guess at a masked value.
             if value != redact(stored):
-                raise serializers.ValidationError(
-                    f"Defined in code at {job.code_origin}: change it there and sync."
-                )
+                raise serializers.ValidationError(job.code_owned)
             return stored
         return restore(value, stored)
 

@@ -1,4 +1,5 @@
-"""The verbs that act: ``trigger``, ``pause``, ``resume``, ``retry`` and ``cancel``, each through
+"""The verbs that act: ``trigger``, ``backfill``, ``pause``, ``resume``, ``retry`` and ``cancel``,
+each through
 the action the admin's button calls (``django_cluster_cron.actions``, the job's own ``pause`` and
 ``resume``), under ``--by`` in the job's audit trail."""
 
@@ -11,8 +12,20 @@ from typing import Any
 from django.utils import timezone
 
 from .. import actions, audit
+from ..dbtime import database_now
 from ..models import FINAL_STATUSES, JobRun, RunStatus
-from .common import Refused, Reply, find_job, find_run, parse_when, run_data, shown, state_of
+from .common import (
+    Refused,
+    Reply,
+    find_job,
+    find_run,
+    iso,
+    parse_when,
+    run_data,
+    shown,
+    state_of,
+    zone_named,
+)
 
 # How often ``trigger --wait`` looks at its run.
 WAIT_POLL = 0.5
@@ -61,6 +74,55 @@ def trigger(options: dict[str, Any], *, echo: Callable[[str], None]) -> Reply:
         ended,
         code=0 if run.status == RunStatus.SUCCESS else 1,
     )
+
+
+def backfill(options: dict[str, Any]) -> Reply:
+    job = find_job(options["job"])
+    zone = zone_named(job.timezone)
+    now = database_now()  # what the backfill's own "not in the future" compares with
+    start = parse_when(options["from"], now, zone, what="--from")
+    end = parse_when(options["to"], now, zone, what="--to")
+    reprocess = options["reprocess"]
+    try:
+        if options["dry_run"]:
+            plan = actions.plan_backfill(job, start, end, reprocess)
+            runs: list[JobRun] = []
+        else:
+            with _acting(options):
+                runs = actions.backfill(
+                    job,
+                    start,
+                    end,
+                    by=f"cli:{options['by']}",
+                    overlap_policy=options["overlap_policy"],
+                    reprocess=reprocess,
+                )
+    except actions.ActionRefused as exc:
+        raise Refused(str(exc)) from None
+    span = f"({shown(start, zone)}, {shown(end, zone)}]"
+    if options["dry_run"]:
+        lines = [
+            f"{job.name}: {len(plan.slots)} slot(s) without a run in {span} would get one"
+            + (f"; {len(plan.again)} run(s) would run again ({reprocess})" if plan.again else "")
+            + f"; {plan.existing} slot(s) have a run already."
+            + (" More than the most a backfill makes: narrow the range." if plan.truncated else ""),
+            *(f"  new    {shown(slot, zone)}" for slot in plan.slots),
+            *(
+                f"  again  {shown(r.scheduled_for, zone)}  run {r.pk} ({r.status})"
+                for r in plan.again
+            ),
+        ]
+        data = {
+            "dry_run": True,
+            "slots": [iso(slot) for slot in plan.slots],
+            "again": [run_data(run) for run in plan.again],
+            "existing": plan.existing,
+            "truncated": plan.truncated,
+        }
+        return Reply(data, "\n".join(lines))
+    lines = [f"{job.name}: {len(runs)} run(s) for {span}:"]
+    lines += [f"  run {r.pk:<8} {shown(r.scheduled_for, zone)}  {r.status}" for r in runs]
+    return Reply({"dry_run": False, "runs": [run_data(run) for run in runs]}, "\n".join(lines))
 
 
 def pause(options: dict[str, Any]) -> Reply:

@@ -12,7 +12,9 @@ from datetime import date, datetime, time, timedelta, timezone, tzinfo
 from typing import Any, cast
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from ..models import JobDefinition, JobRun
+from django.utils.duration import duration_string
+
+from ..models import DEFINITION_FIELDS, JobDefinition, JobRun
 
 UTC = timezone.utc
 
@@ -162,6 +164,29 @@ def state_of(job: JobDefinition) -> str:
     if job.deleted_at is not None:
         return "deleted"
     return "enabled" if job.enabled else "paused"
+
+
+# What export writes of a job beside its definition, and import reads back.
+STATE_FIELDS = ("enabled", "pause_note")
+
+
+def job_data(job: JobDefinition, *, state: bool = False) -> dict[str, Any]:
+    """A job's definition (its name and every definition field, with ``enabled`` and
+    ``pause_note`` if ``state``) as JSON: moments in ISO 8601, durations as Django writes them
+    (``1 00:00:00``), so that ``import`` reads back exactly what ``export`` wrote."""
+    names = ("name", *(STATE_FIELDS if state else ()), *DEFINITION_FIELDS)
+    fields = {name: getattr(job, name) for name in names}
+    for name, value in fields.items():
+        if isinstance(value, datetime):
+            fields[name] = iso(value)
+        elif isinstance(value, timedelta):
+            fields[name] = duration_string(value)
+    return fields
+
+
+def version_of(job: JobDefinition) -> str:
+    """The job's version for ``set --if-version``: when its definition was last saved."""
+    return job.updated_at.astimezone(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
 
 
 def run_data(run: JobRun) -> dict[str, Any]:

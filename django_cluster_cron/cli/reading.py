@@ -18,12 +18,14 @@ from .common import (
     Reply,
     find_job,
     iso,
+    job_data,
     left,
     parse_when,
     run_data,
     shown,
     state_of,
     table,
+    version_of,
     zone_named,
 )
 
@@ -110,19 +112,6 @@ def list_jobs(options: dict[str, Any]) -> Reply:
     return Reply(data, text)
 
 
-def job_data(job: JobDefinition) -> dict[str, Any]:
-    """A job's definition as ``describe --json`` and ``export`` give it."""
-    from ..models import DEFINITION_FIELDS
-
-    fields = {name: getattr(job, name) for name in ("name", *DEFINITION_FIELDS)}
-    for name, value in fields.items():
-        if isinstance(value, datetime):
-            fields[name] = iso(value)
-        elif isinstance(value, timedelta):
-            fields[name] = value.total_seconds()
-    return fields
-
-
 def describe_job(options: dict[str, Any]) -> Reply:
     job = find_job(options["job"])
     now = timezone.now()
@@ -139,6 +128,7 @@ def describe_job(options: dict[str, Any]) -> Reply:
     alerts = _alerts(job)
     data = {
         "job": {"id": job.pk, **job_data(job)},
+        "version": version_of(job),
         "state": state_of(job),
         "pause_note": job.pause_note or None,
         "schedule_in_words": found.words,

@@ -72,6 +72,18 @@ MOVES: tuple[Move, ...] = (
     Move((RUN, T), (RunStatus.CANCELLED,), "leader", "transitions.lost"),
     # An operator.
     Move((RunStatus.FAILED,), (P,), "operator", "transitions.retried"),
+    Move(
+        (
+            RunStatus.SUCCESS,
+            RunStatus.SKIPPED,
+            RunStatus.MISSED,
+            RunStatus.CANCELLED,
+            RunStatus.UNCERTAIN,
+        ),
+        (P,),
+        "operator",
+        "transitions.rerun",
+    ),
     Move((*WAITING, B), (RunStatus.CANCELLED,), "operator", "transitions.cancelled"),
     # The execution system dropped its message, or cannot run or enqueue its task.
     Move(

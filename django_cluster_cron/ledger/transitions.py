@@ -271,6 +271,26 @@ def retried(run: JobRun) -> bool:
     return bool(JobRun.objects.filter(pk=run.pk, status=RunStatus.FAILED).update(**fields))
 
 
+# What an operator's backfill that reprocesses every run of its range runs again besides
+# ``failed`` (:func:`retried`): a run split into pieces is not among them (retry its pieces).
+RERUNNABLE = (
+    RunStatus.SUCCESS,
+    RunStatus.SKIPPED,
+    RunStatus.MISSED,
+    RunStatus.CANCELLED,
+    RunStatus.UNCERTAIN,
+)
+
+
+def rerun(run: JobRun) -> bool:
+    """A run that ended otherwise than ``failed`` (and has no pieces) → ``pending``, the next
+    attempt (sent at once); why it had ended is cleared."""
+    fields = {**next_attempt(run, at=None), "finished_at": None, "reason": ""}
+    return bool(
+        JobRun.objects.filter(pk=run.pk, status__in=RERUNNABLE, piece_count=0).update(**fields)
+    )
+
+
 def cancelled(run: JobRun, reason: str) -> bool:
     """A run that has not started (``pending``, ``queued``, ``retrying``, ``buffered``) →
     ``cancelled``."""

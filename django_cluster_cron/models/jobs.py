@@ -324,6 +324,13 @@ class JobDefinition(JobRules, JobSaving, JobPieces, JobRetention):
 
     # -- operator actions ------------------------------------------------------------------
 
+    @property
+    def code_owned(self) -> str:
+        """Why a field of a job declared in code is not changed here ("" for another job)."""
+        if self.source != "code":
+            return ""
+        return f"Defined in code at {self.code_origin}: change it there and run sync_jobs."
+
     def pause(self, note: str = "") -> None:
         self.enabled = False
         self.pause_note = note[:255]

@@ -59,6 +59,7 @@ class RunStatus(models.TextChoices):
         running     → cancelled, missed  execution system  transitions.discarded
         running     → uncertain          leader            uncertain.settle_uncertain
         success     → running            operator          piece_moves.reopen_run
+        success     → pending            operator          transitions.rerun
         failed      → running            operator          piece_moves.reopen_run
         failed      → pending            operator          transitions.retried
         retrying    → cancelled          leader, operator  buffer.preempt
@@ -67,10 +68,14 @@ class RunStatus(models.TextChoices):
         retrying    → cancelled, missed  execution system  transitions.discarded
         retrying    → failed             worker, send flow transitions.unrunnable
         retrying    → uncertain          leader            uncertain.settle_uncertain
+        missed      → pending            operator          transitions.rerun
+        skipped     → pending            operator          transitions.rerun
+        cancelled   → pending            operator          transitions.rerun
         terminating → cancelled          worker            transitions.stopped
         terminating → cancelled          leader            transitions.lost
         terminating → cancelled, missed  execution system  transitions.discarded
         terminating → uncertain          leader            uncertain.settle_uncertain
+        uncertain   → pending            operator          transitions.rerun
 
     ``success``, ``skipped``, ``missed``, ``cancelled`` and ``uncertain`` are final; ``failed``
     is final unless an operator retries it (a run split into pieces, ``failed`` or ``success``,

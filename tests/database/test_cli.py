@@ -218,3 +218,111 @@ def test_cancel_needs_yes_without_a_terminal_and_cancels_a_waiting_run(monkeypat
     assert JobChange.objects.filter(job=job, action="cancel", actor="carol").exists()
     again = refused("cancel", str(run.pk), "--yes")
     assert "only a waiting or running run can be cancelled" in str(again)
+
+
+def test_set_changes_only_the_fields_given_and_checks_the_version():
+    job = make_job("patched", task="tests.echo", args=[1, 2], kwargs={"region": "eu"})
+    JobDefinition.objects.filter(pk=job.pk).update(description="keep me")
+    job.refresh_from_db()
+    before = {f: getattr(job, f) for f in ("task", "args", "kwargs", "description", "timezone")}
+    version = as_json("describe", "patched")["version"]
+    dry = as_json("set", "patched", "--schedule", "15 4 * * *", "--dry-run")
+    assert dry["changes"] == {"cron": ["0 0 1 1 *", "15 4 * * *"]}
+    assert JobDefinition.objects.get(pk=job.pk).cron == "0 0 1 1 *"
+    done = as_json(
+        "set", "patched", "--schedule", "15 4 * * *", "--if-version", version, "--by", "dan"
+    )
+    assert done["changes"] == {"cron": ["0 0 1 1 *", "15 4 * * *"]}
+    job.refresh_from_db()
+    assert job.cron == "15 4 * * *"
+    assert {f: getattr(job, f) for f in before} == before
+    entry = JobChange.objects.filter(job=job).latest("pk")
+    assert (entry.actor, entry.via, set(entry.changes)) == ("dan", "cli", {"cron"})
+    stale = refused("set", "patched", "--jitter", "5", "--if-version", version)
+    assert "changed since version" in str(stale)
+    assert JobDefinition.objects.get(pk=job.pk).jitter == 0
+    as_json("set", "patched", "--kwargs", '{"region": "us"}', "--field", "max_runs=10")
+    job.refresh_from_db()
+    assert (job.kwargs, job.max_runs) == ({"region": "us"}, 10)
+
+
+def test_set_refuses_with_the_admins_messages_and_a_job_declared_in_code():
+    make_job("strict")
+    bad = refused("set", "strict", "--schedule", "61 * * * *")
+    assert str(bad).startswith("cron: minute field: '61'")
+    zone = refused("set", "strict", "--tz", "Mars/Base")
+    assert str(zone) == "timezone: Unknown time zone 'Mars/Base': not in the IANA database."
+    assert "not JSON" in str(refused("set", "strict", "--kwargs", "{region"))
+    assert "is not a field of a job's definition" in str(refused("set", "strict", "--field", "x=1"))
+    coded = make_job("coded")
+    JobDefinition.objects.filter(pk=coded.pk).update(source="code", code_origin="app/jobs.py:12")
+    refusal = refused("set", "coded", "--jitter", "3")
+    assert str(refusal) == "Defined in code at app/jobs.py:12: change it there and run sync_jobs."
+
+
+def test_backfill_dry_run_then_makes_the_missing_slots_and_reprocesses_failed(monkeypatch):
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))
+    job = make_job("hourly", task="tests.add", args=[1, 2], cron="0 * * * *")
+    now = timezone.now().replace(minute=0, second=0, microsecond=0)
+    start, end = now - timedelta(hours=5), now - timedelta(hours=1)
+    failed = JobRun.objects.create(
+        job=job,
+        scheduled_for=start + timedelta(hours=2),
+        task_id=job.task_id_for(start + timedelta(hours=2)),
+        status=RunStatus.FAILED,
+    )
+    window = ("--from", start.isoformat(), "--to", end.isoformat())
+    plan = as_json("backfill", "hourly", *window, "--reprocess", "failed", "--dry-run")
+    assert len(plan["slots"]) == 3
+    assert [r["id"] for r in plan["again"]] == [failed.pk]
+    assert JobRun.objects.filter(job=job).count() == 1
+    assert "add --yes" in str(refused("backfill", "hourly", *window))
+    made = as_json("backfill", "hourly", *window, "--reprocess", "failed", "--yes")
+    assert len(made["runs"]) == 4
+    failed.refresh_from_db()
+    assert failed.attempt == 2
+    assert failed.pk in [r["id"] for r in made["runs"]]
+    assert JobRun.objects.filter(job=job).count() == 4
+    wrong = refused("backfill", "hourly", "--from", "soon", "--to", "now", "--dry-run")
+    assert "--from 'soon' is not a time" in str(wrong)
+
+
+def test_export_then_import_reproduces_the_jobs_exactly(tmp_path):
+    make_job(
+        "exported",
+        task="tests.echo",
+        args=[1, 2],
+        kwargs={"x": 1},
+        cron="30 2 * * 1-5",
+        timezone="Europe/Paris",
+        exclusions=["2026-12-25"],
+        jitter=7,
+        max_retries=2,
+        retention={"success": 7},
+        enabled=True,
+    )
+    paused = make_job("paused-export")
+    paused.pause("on hold")
+    path = tmp_path / "jobs.json"
+    path.write_text(cron("export")[0])
+    first = json.loads(path.read_text())
+    assert [j["name"] for j in first["jobs"]] == ["exported", "paused-export"]
+    assert as_json("import", str(path), "--dry-run")["jobs"] == [
+        {"name": "exported", "action": "keep", "changes": {}},
+        {"name": "paused-export", "action": "keep", "changes": {}},
+    ]
+    JobDefinition.objects.all().delete()
+    assert "add --yes" in str(refused("import", str(path)))
+    as_json("import", str(path), "--yes", "--by", "erin")
+    assert json.loads(cron("export")[0]) == first
+    assert JobChange.objects.filter(actor="erin", via="cli", action="created").count() == 2
+    # A bad job refuses the whole file, each fault named.
+    broken = json.loads(path.read_text())
+    broken["jobs"][0]["cron"] = "61 * * * *"
+    broken["jobs"][1]["colour"] = "blue"
+    path.write_text(json.dumps(broken))
+    refusal = str(refused("import", str(path), "--yes"))
+    assert refusal.startswith("Nothing imported:")
+    assert "job 'exported', cron: minute field: '61'" in refusal
+    assert "job 'paused-export': 'colour' is not a field of a job" in refusal
+    assert JobDefinition.objects.get(name="exported").cron == "30 2 * * 1-5"

@@ -157,6 +157,7 @@ CALLS: dict[str, Callable[[JobRun], Any]] = {
         run, error="stopped", trace="", duration=timedelta(seconds=1)
     ),
     "transitions.retried": transitions.retried,
+    "transitions.rerun": transitions.rerun,
     "transitions.cancelled": lambda run: transitions.cancelled(run, "by a test"),
     "transitions.discarded": lambda run: transitions.discarded(
         run.pk,

@@ -13,7 +13,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ...cli import acting, reading
+from ...actions import REPROCESS
+from ...cli import acting, editing, reading
 from ...cli.common import Refused, Reply, default_actor
 from ...models import OverlapPolicy, RunStatus
 
@@ -35,6 +36,19 @@ EXAMPLES = {
     "trigger": """examples:
   manage.py cron trigger nightly-report
   manage.py cron trigger nightly-report --wait --timeout 600   # exits 1 unless it succeeds""",
+    "backfill": """examples:
+  manage.py cron backfill nightly-report --from 2026-11-01 --to 2026-11-08 --dry-run
+  manage.py cron backfill nightly-report --from now-2d --to now --reprocess failed --yes""",
+    "set": """examples:
+  manage.py cron set nightly-report --schedule "0 3 * * *" --dry-run
+  manage.py cron set nightly-report --kwargs '{"region": "eu"}' --if-version 20261130T114914.123456Z
+  manage.py cron set nightly-report --field max_runs=10 --field jitter=30""",
+    "export": """examples:
+  manage.py cron export > jobs.json
+  manage.py cron export nightly-report --format yaml""",
+    "import": """examples:
+  manage.py cron import jobs.json --dry-run
+  manage.py cron import jobs.json --yes""",
     "pause": """examples:
   manage.py cron pause nightly-report --note "vendor API down, ticket OPS-12" """,
     "resume": """examples:
@@ -51,13 +65,17 @@ HELP = {
     "next": "The next fire times of a job, or of an expression before it is saved.",
     "runs": "The ledger's runs, newest first.",
     "trigger": "Run a job now (a manual run; its schedule does not move).",
+    "backfill": "Make the runs a job's past slots in a range did not get (and run some again).",
+    "set": "Change only the fields given of a job (checked against its version if asked).",
+    "export": "Print job definitions, as import reads them back.",
+    "import": "Create or update jobs from what export printed (all or nothing).",
     "pause": "Pause a job, with a note saying why.",
     "resume": "Resume a paused job from its next slot (no catch-up).",
     "retry": "Run a failed run again (its next attempt), or every failed run of a job.",
     "cancel": "Cancel a waiting run, or ask a running one to stop.",
 }
 # Verbs that change or stop work: asked for --yes when no one is at a terminal to mean it.
-DESTRUCTIVE = {"cancel", "retry"}
+DESTRUCTIVE = {"cancel", "retry", "backfill", "import"}
 
 
 class RunNotSucceeded(CommandError):
@@ -138,6 +156,59 @@ class Command(BaseCommand):
             "--timeout", type=float, default=3600.0, help="Seconds --wait waits (default 3600)."
         )
 
+        backfill = made["backfill"]
+        backfill.add_argument("job", help="The job's name (or id).")
+        backfill.add_argument("--from", required=True, help="The range's start (not included).")
+        backfill.add_argument("--to", required=True, help="The range's end (included).")
+        backfill.add_argument(
+            "--reprocess",
+            choices=REPROCESS,
+            default="none",
+            help="Runs of the range to run again: none (default), failed, or all that ended.",
+        )
+        backfill.add_argument(
+            "--overlap-policy",
+            choices=list(OverlapPolicy.values),
+            help="The runs' overlap policy (default buffer_all: one after another).",
+        )
+        backfill.add_argument(
+            "--dry-run", action="store_true", help="Print what it would do; do nothing."
+        )
+
+        change = made["set"]
+        change.add_argument("job", help="The job's name (or id).")
+        for option, field in editing.OPTION_FIELDS.items():
+            change.add_argument(
+                f"--{option.replace('_', '-')}",
+                dest=f"set_{option}",  # "args" is call_command's own
+                metavar="VALUE",
+                help=f"The job's {field}" + (" (JSON)." if field in ("args", "kwargs") else "."),
+            )
+        change.add_argument(
+            "--field",
+            action="append",
+            metavar="NAME=VALUE",
+            help="Any field of the definition (JSON for a JSON field); repeatable.",
+        )
+        change.add_argument(
+            "--if-version",
+            metavar="VERSION",
+            help="Refuse unless the job is still at this version (describe --json gives it).",
+        )
+        change.add_argument(
+            "--dry-run", action="store_true", help="Print the changes; save nothing."
+        )
+
+        export = made["export"]
+        export.add_argument("names", nargs="*", metavar="JOB", help="These jobs (default: all).")
+        export.add_argument("--format", choices=editing.FORMATS, default="json")
+
+        importing = made["import"]
+        importing.add_argument("file", help="A file export wrote (.json, .yaml), or - for stdin.")
+        importing.add_argument(
+            "--dry-run", action="store_true", help="Print what would change; save nothing."
+        )
+
         pause = made["pause"]
         pause.add_argument("job", help="The job's name (or id).")
         pause.add_argument("--note", default="", help="Why, shown beside the job.")
@@ -163,7 +234,7 @@ class Command(BaseCommand):
             raise CommandError(str(exc), returncode=1) from None
         for warning in reply.warnings:
             self.stderr.write(warning)
-        if options["json"]:
+        if options["json"] or (verb == "export" and options["format"] == "json"):
             self.stdout.write(json.dumps(reply.data, indent=2, ensure_ascii=False))
         else:
             self.stdout.write(reply.text)
@@ -185,6 +256,10 @@ class Command(BaseCommand):
                 options, echo=(lambda _text: None) if quiet else self.stdout.write
             )
         return {
+            "backfill": acting.backfill,
+            "set": editing.set_fields,
+            "export": editing.export_jobs,
+            "import": editing.import_jobs,
             "pause": acting.pause,
             "resume": acting.resume,
             "retry": acting.retry,
@@ -194,7 +269,9 @@ class Command(BaseCommand):
     def _confirm(self, verb: str, options: dict[str, Any]) -> None:
         """A destructive verb asks first at a terminal; without one it needs --yes."""
         bulk = verb == "retry" and options.get("run") is None
-        if verb not in DESTRUCTIVE or options["yes"] or (verb == "retry" and not bulk):
+        if verb not in DESTRUCTIVE or options["yes"] or options.get("dry_run"):
+            return
+        if verb == "retry" and not bulk:
             return
         if not sys.stdin.isatty():
             raise CommandError(
