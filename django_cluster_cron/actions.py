@@ -14,6 +14,7 @@ import logging
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.db.models import Q
@@ -92,10 +93,33 @@ def _recorded(job: JobDefinition, runs: list[tuple[JobRun, Decision]], policy: s
             metrics.get().not_run(job.name, decision.why_not_run)
 
 
-def run_now(job: JobDefinition, *, by: str = "admin", overlap_policy: str | None = None) -> JobRun:
+def kwargs_override(job: JobDefinition, kwargs: Any) -> dict[str, Any] | None:
+    """An operator's keyword arguments for one run, checked as the job's own are (a JSON
+    object its task takes, over the job's). None: the job's."""
+    if kwargs is None:
+        return None
+    if not isinstance(kwargs, dict):
+        raise ActionRefused(f"The run's kwargs must be a JSON object; got {kwargs!r:.80}.")
+    probe = copy.copy(job)
+    probe.kwargs = {**(job.kwargs or {}), **kwargs}
+    refused = task_errors(probe).get("kwargs")
+    if refused is not None:
+        raise ActionRefused(" ".join(refused.messages))
+    return kwargs
+
+
+def run_now(
+    job: JobDefinition,
+    *,
+    by: str = "admin",
+    overlap_policy: str | None = None,
+    kwargs: dict[str, Any] | None = None,
+) -> JobRun:
     """Record and publish a ``manual`` run of ``job`` for now; its schedule does not move. It
-    goes through the job's overlap policy, or ``overlap_policy`` if the operator gives one."""
+    goes through the job's overlap policy, or ``overlap_policy`` if the operator gives one;
+    ``kwargs`` are given to its task over the job's own, for this run alone."""
     policy = overlap_override(job, overlap_policy)
+    override = kwargs_override(job, kwargs)
     counts = _activity(job)
     now = database_now()
     try:
@@ -103,6 +127,7 @@ def run_now(job: JobDefinition, *, by: str = "admin", overlap_policy: str | None
             run, decision = dispatchable_run(
                 job, now, RunTrigger.MANUAL, counts, node=by, policy=policy
             )
+            run.kwargs_override = override
             run.save()
             if decision.stop_others:
                 preempt(job, now, policy=policy)

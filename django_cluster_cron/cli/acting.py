@@ -5,6 +5,7 @@ the action the admin's button calls (``django_cluster_cron.actions``, the job's 
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -39,10 +40,19 @@ def _acting(options: dict[str, Any]) -> Any:
 
 def trigger(options: dict[str, Any], *, echo: Callable[[str], None]) -> Reply:
     job = find_job(options["job"])
+    kwargs = None
+    if options["kwargs"] is not None:
+        try:
+            kwargs = json.loads(options["kwargs"])
+        except ValueError as exc:
+            raise Refused(f"--kwargs: not JSON ({exc}): {options['kwargs'][:80]!r}") from None
     with _acting(options):
         try:
             run = actions.run_now(
-                job, by=f"cli:{options['by']}", overlap_policy=options["overlap_policy"]
+                job,
+                by=f"cli:{options['by']}",
+                overlap_policy=options["overlap_policy"],
+                kwargs=kwargs,
             )
         except actions.ActionRefused as exc:
             raise Refused(str(exc)) from None

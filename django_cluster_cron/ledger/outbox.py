@@ -80,6 +80,7 @@ class OutboxMessage:
             publish_count=run.publish_count,
             eta=eta,
             due_at=run.due_at,
+            kwargs_override=run.kwargs_override,
             enqueued=(
                 run.backend_result_id
                 if run.status == RunStatus.PENDING and not run.publish_count
@@ -102,8 +103,10 @@ class OutboxMessage:
         eta: datetime | None = None,
         due_at: datetime | None = None,
         enqueued: str = "",
+        kwargs_override: dict[str, Any] | None = None,
     ) -> OutboxMessage:
-        """The message of a run of ``job`` given by its fields (no JobRun instance needed)."""
+        """The message of a run of ``job`` given by its fields (no JobRun instance needed); the
+        run's own keyword arguments, if it has any, over the job's."""
         return cls(
             run_id=run_id,
             task_id=task_id,
@@ -122,7 +125,7 @@ class OutboxMessage:
             due_at=due_at,
             task=job.task,
             args=tuple(job.args or ()),
-            kwargs=dict(job.kwargs or {}),
+            kwargs={**(job.kwargs or {}), **(kwargs_override or {})},
             job_name=job.name,
             enqueued=enqueued,
         )

@@ -272,6 +272,12 @@ class JobRun(models.Model):
         db_default=0,  # rows an earlier release's node inserts during a rolling upgrade
         help_text="How many pieces the run was split into (0: none); its status follows theirs.",
     )
+    kwargs_override = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="Keyword arguments given for this run alone (an operator's run now), over the "
+        "job's own.",
+    )
     result = models.TextField(blank=True, help_text="Short repr of the task's return value.")
     error = models.TextField(blank=True)
     traceback = models.TextField(blank=True)
@@ -317,6 +323,11 @@ class JobRun(models.Model):
             f"Run {self.pk} of {job}, slot {self.scheduled_for:%Y-%m-%d %H:%M:%S} UTC "
             f"({self.status})"
         )
+
+    def task_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments this run's task is called with: the job's, with the run's own
+        (``kwargs_override``) over them."""
+        return {**(self.job.kwargs or {}), **(self.kwargs_override or {})}
 
     @property
     def cancel_requested(self) -> bool:

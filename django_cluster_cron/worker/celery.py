@@ -249,7 +249,7 @@ def execute(task: Any, ref: RunRef | None, named: object) -> None:
         body = task.app.tasks.get(job.task)
         if body is None:
             raise LookupError(f"task {job.task!r} is not registered on worker {worker_name()}")
-        return body(*job.args, **job.kwargs)
+        return body(*job.args, **run.task_kwargs())
 
     carry_out(delivery(task), run, call)
 

@@ -149,7 +149,7 @@ def _run(context: Any, named: Mapping[str, Any]) -> Any:
         return {NOT_RUN: f"run {ref.run_id}: another delivery has it, or it no longer waits"}
     job = claimed.job
     outcome, status = carry_out(
-        _delivery(named), claimed, _caller(context, job.task, job.args, job.kwargs)
+        _delivery(named), claimed, _caller(context, job.task, job.args, claimed.task_kwargs())
     )
     return _end(outcome, status)
 
@@ -188,7 +188,7 @@ def _piece(context: Any, named: Mapping[str, Any], ref: RunRef) -> Any:
     if index == COMPLETION:
         call = _caller(context, job.on_complete, (), {"summary": piece.key})
     else:
-        call = _caller(context, job.task, job.args, job.kwargs)
+        call = _caller(context, job.task, job.args, piece.run.task_kwargs())
     outcome, status = carry_out_piece(_delivery(named), piece, call)
     return _end(outcome, status)
 

@@ -48,6 +48,15 @@ def test_trigger_wait_exits_with_the_runs_outcome(cluster):
     assert "ended failed" in failed.stdout
     assert "ended failed" in failed.stderr  # the reason, where a pipeline's log shows it
 
+    echo = make_job(task="tests.echo", kwargs={"region": "eu", "day": "any"})
+    given = cron(
+        cluster, "trigger", echo.name, "--kwargs", '{"day": "2026-11-29"}', "--wait", "--json"
+    )
+    assert given.returncode == 0, given.stderr
+    result = JobRun.objects.get(pk=json.loads(given.stdout)["run"]["id"]).result
+    assert "'day': '2026-11-29'" in result
+    assert "'region': 'eu'" in result
+
     slow = make_job(task="tests.sleep", args=[30])
     waited = cron(cluster, "trigger", slow.name, "--wait", "--timeout", "1", "--json")
     assert waited.returncode == 1

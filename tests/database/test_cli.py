@@ -326,3 +326,25 @@ def test_export_then_import_reproduces_the_jobs_exactly(tmp_path):
     assert "job 'exported', cron: minute field: '61'" in refusal
     assert "job 'paused-export': 'colour' is not a field of a job" in refusal
     assert JobDefinition.objects.get(name="exported").cron == "30 2 * * 1-5"
+
+
+def test_trigger_kwargs_go_to_this_run_alone_over_the_jobs(settings):
+    from tests.support.jobs import apply
+
+    job = make_job("with-kwargs", task="tests.echo", kwargs={"region": "eu", "day": "any"})
+    data = as_json("trigger", "with-kwargs", "--kwargs", '{"day": "2026-11-29"}')
+    run = JobRun.objects.select_related("job").get(pk=data["run"]["id"])
+    assert run.kwargs_override == {"day": "2026-11-29"}
+    assert run.task_kwargs() == {"region": "eu", "day": "2026-11-29"}
+    done = apply(run)
+    assert done.status == RunStatus.SUCCESS
+    assert "'day': '2026-11-29'" in done.result
+    assert "'region': 'eu'" in done.result
+    # The next run of the job has the job's own.
+    assert JobDefinition.objects.get(pk=job.pk).kwargs == {"region": "eu", "day": "any"}
+    make_job("strict-args", task="tests.add", args=[1, 2])
+    wrong = refused("trigger", "strict-args", "--kwargs", '{"z": 1}')
+    assert str(wrong) == "Task 'tests.add' takes (x, y); got an unexpected keyword argument 'z'."
+    assert "must be a JSON object" in str(refused("trigger", "strict-args", "--kwargs", "[1]"))
+    assert "not JSON" in str(refused("trigger", "strict-args", "--kwargs", "{z"))
+    assert JobRun.objects.filter(job__name="strict-args").count() == 0

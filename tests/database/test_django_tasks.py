@@ -363,3 +363,15 @@ def test_a_run_leaves_this_processes_choice_of_connection_as_it_was():
     finally:
         use_own_connection(previous)
     assert Execution.objects.filter(label="choice").count() == 1
+
+
+def test_a_runs_own_kwargs_reach_the_task_through_the_backend():
+    from django_cluster_cron import actions
+
+    job = make_job(task="tests.testapp.dtasks.record", args=[], kwargs={"label": "jobs-own"})
+    run = actions.run_now(job, by="test", kwargs={"label": "this-run"})
+    drain()
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCESS
+    assert Execution.objects.filter(label="this-run").count() == 1
+    assert not Execution.objects.filter(label="jobs-own").exists()

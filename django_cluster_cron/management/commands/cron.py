@@ -35,7 +35,8 @@ EXAMPLES = {
   manage.py cron runs --status failed --since now-1d --json""",
     "trigger": """examples:
   manage.py cron trigger nightly-report
-  manage.py cron trigger nightly-report --wait --timeout 600   # exits 1 unless it succeeds""",
+  manage.py cron trigger nightly-report --wait --timeout 600   # exits 1 unless it succeeds
+  manage.py cron trigger nightly-report --kwargs '{"day": "2026-11-29"}' --wait""",
     "backfill": """examples:
   manage.py cron backfill nightly-report --from 2026-11-01 --to 2026-11-08 --dry-run
   manage.py cron backfill nightly-report --from now-2d --to now --reprocess failed --yes""",
@@ -148,6 +149,11 @@ class Command(BaseCommand):
             "--overlap-policy",
             choices=list(OverlapPolicy.values),
             help="This run's overlap policy instead of the job's.",
+        )
+        trigger.add_argument(
+            "--kwargs",
+            metavar="JSON",
+            help="Keyword arguments for this run alone, over the job's (a JSON object).",
         )
         trigger.add_argument(
             "--wait", action="store_true", help="Follow the run; exit 0 only if it succeeds."
