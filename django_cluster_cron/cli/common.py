@@ -123,7 +123,7 @@ def shown(moment: datetime | None, zone: tzinfo = UTC) -> str:
     if moment is None:
         return "—"
     local = moment.astimezone(zone)
-    return f"{local:%Y-%m-%d %H:%M:%S} {local.tzname() or 'UTC'}"
+    return f"{local.isoformat(' ', 'seconds')[:19]} {local.tzname() or 'UTC'}"
 
 
 def span(seconds: float) -> str:
@@ -152,12 +152,9 @@ def left(moment: datetime | None, now: datetime) -> str:
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     """Columns padded to their widest cell, the last one left ragged."""
     widths = [max([len(h), *(len(row[i]) for row in rows)]) for i, h in enumerate(headers)]
-
-    def line(cells: Sequence[str]) -> str:
-        padded = [c.ljust(w) for c, w in zip(cells[:-1], widths[:-1], strict=True)]
-        return "  ".join([*padded, cells[-1]]).rstrip()
-
-    return "\n".join([line(headers), *(line(row) for row in rows)])
+    # One format for every line: "{:<w0}  {:<w1}  …  {}".
+    form = "  ".join([*(f"{{:<{w}}}" for w in widths[:-1]), "{}"])
+    return "\n".join(form.format(*cells).rstrip() for cells in [headers, *rows])
 
 
 def state_of(job: JobDefinition) -> str:
