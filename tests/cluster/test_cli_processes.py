@@ -71,3 +71,25 @@ def test_usage_errors_exit_2_and_refusals_exit_1_with_the_reason(cluster):
     assert refused.returncode == 1
     assert "No job named 'no-such-job'" in refused.stderr
     assert refused.stdout == ""
+
+
+def test_a_pipeline_pauses_lists_and_resumes_as_the_os_user_at_this_host(cluster):
+    import getpass
+    import socket
+
+    from django_cluster_cron.models import JobChange
+
+    job = make_job(task="tests.add", args=[1, 2], enabled=True)
+    paused = cron(cluster, "pause", job.name, "--note", "deploy in progress")
+    assert paused.returncode == 0, paused.stderr
+    assert paused.stdout.strip() == f"Paused {job.name}: deploy in progress"
+    listed = json.loads(cron(cluster, "list", "--paused", "--json").stdout)
+    assert [(j["name"], j["pause_note"]) for j in listed["jobs"]] == [
+        (job.name, "deploy in progress")
+    ]
+    entry = JobChange.objects.filter(job=job).latest("pk")
+    assert entry.actor == f"{getpass.getuser()}@{socket.gethostname()}"
+    assert entry.via == "cli"
+    assert cron(cluster, "resume", job.name).returncode == 0
+    job.refresh_from_db()
+    assert job.enabled
