@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timezone
+from typing import Any
 
 from rest_framework.exceptions import ValidationError
 from rest_framework.pagination import CursorPagination, LimitOffsetPagination
@@ -45,6 +46,13 @@ class RunPagination(CursorPagination):
 
     def get_page_size(self, request: Request) -> int | None:
         return page_number(request, "limit", self.page_size, self.max_page_size)
+
+    def get_ordering(self, request: Request, queryset: Any, view: Any) -> tuple[str, ...]:
+        # One job's slots are unique: no tie for the id to break (and MySQL/MariaDB then read
+        # the job's (job, slot) index in order instead of sorting all its runs).
+        if request.query_params.get("job"):
+            return ("-scheduled_for",)
+        return tuple(self.ordering)
 
 
 def flag(value: str | None, name: str, default: bool | None = False) -> bool | None:

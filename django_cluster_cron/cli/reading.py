@@ -251,7 +251,7 @@ def next_times(options: dict[str, Any]) -> Reply:
 
 def list_runs(options: dict[str, Any]) -> Reply:
     now = timezone.now()
-    runs = not_ahead(JobRun.objects.select_related("job"), now)
+    runs = not_ahead(JobRun.objects.prefetch_related("job"), now)  # a join: see the admin's
     zone: tzinfo = UTC
     if options["job"]:
         job = find_job(options["job"], deleted=True)

@@ -304,7 +304,10 @@ class JobRun(models.Model):
         ]
         indexes: ClassVar = [
             models.Index(fields=["status", "scheduled_for"], name="cluster_cron_run_status"),
-            models.Index(fields=["-scheduled_for"], name="cluster_cron_run_recent"),
+            # Read backwards for the newest first; ascending, so that on MySQL/MariaDB the id
+            # InnoDB appends to it runs the same way as the slot and serves the lists' tie-break
+            # (ORDER BY slot DESC, id DESC) too: a descending one made them sort every row.
+            models.Index(fields=["scheduled_for"], name="cluster_cron_run_slot"),
             models.Index(fields=["trigger", "scheduled_for"], name="cluster_cron_run_trigger"),
             # What workers took lately, per queue: the outbox's sign of a moving backlog.
             models.Index(fields=["started_at"], name="cluster_cron_run_started"),
