@@ -29,8 +29,9 @@ def _devredis() -> ModuleType:
     return module
 
 
-def boot() -> dict[str, str]:
-    """Start Redis, point Django at it and at the database, migrate; return the child env."""
+def boot(empty: bool = True) -> dict[str, str]:
+    """Start Redis, point Django at it and at the database, migrate, and (unless not
+    ``empty``) empty the project's tables; return the child env."""
     server = _devredis().RedisServer().start()
     atexit.register(server.stop)
     os.environ["REDIS_URL"] = server.url
@@ -56,6 +57,8 @@ def boot() -> dict[str, str]:
         SchedulerLease,
     )
 
+    if not empty:
+        return dict(os.environ)
     # Without loading the rows (a last run may have left millions): what hangs off a job first.
     for model in (JobPiece, JobRun, RunSummary):
         model.objects.all()._raw_delete(model.objects.db)

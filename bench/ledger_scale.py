@@ -359,7 +359,18 @@ def main() -> None:
     parser.add_argument("--ticks", type=int, default=200, help="idle ticks timed (0: none)")
     parser.add_argument("--burst", type=int, default=10_000, help="jobs in the burst (0: none)")
     parser.add_argument("--burst-reps", type=int, default=3)
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="time the pages on the ledger a previous run left (migrated first), nothing else",
+    )
     args = parser.parse_args()
+    if args.reuse:
+        began = time.perf_counter()
+        boot(empty=False)
+        print(f"migrated in {time.perf_counter() - began:.1f} s")
+        pages(args.repeat, "pages on the ledger as it is", 100)
+        return
     boot()
     peers.quiet()
     first = make_jobs(args.jobs)
