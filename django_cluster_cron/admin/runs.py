@@ -252,8 +252,8 @@ class JobRunAdmin(RunPieces, ReadOnlyAdmin):
         itself counts at most ``COUNT_CAP`` + 1 rows); the status filter shows the same counts."""
         try:
             found = ledger_counts()
-        except Exception:  # the lease backend or the cache unreadable: the list is still shown
-            logger.warning("admin.ledger_counts_unavailable", exc_info=True)
+        except Exception as exc:  # the lease backend or the cache unreadable: the list is shown
+            logger.warning("admin.ledger_counts_unavailable error=%s: %s", type(exc).__name__, exc)
             found = None
         setattr(request, LEDGER_ATTR, found)
         return super().changelist_view(
