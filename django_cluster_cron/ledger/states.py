@@ -117,12 +117,17 @@ def _names(states: tuple[str, ...]) -> str:
 def table() -> str:
     """The table as text, one line per state left (or recorded) and function: what
     ``RunStatus``'s docstring and the architecture page show."""
-    lines = []
+    rows = []
     states: list[str | None] = [None, *RunStatus.values]
     for state in states:
         for move in MOVES:
             if (state is None and move.leaves) or (state is not None and state not in move.leaves):
                 continue
             left = "(recorded)" if state is None else str(state)
-            lines.append(f"{left:<12}→ {_names(move.enters):<19}{move.by:<18}{move.function}")
-    return "\n".join(lines)
+            rows.append((left, _names(move.enters), move.by, move.function))
+    # Each column as wide as its widest cell and two spaces.
+    enters = max(len(row[1]) for row in rows) + 2
+    by = max(len(row[2]) for row in rows) + 2
+    return "\n".join(
+        f"{left:<12}→ {into:<{enters}}{who:<{by}}{function}" for left, into, who, function in rows
+    )
