@@ -125,9 +125,7 @@ def table() -> str:
                 continue
             left = "(recorded)" if state is None else str(state)
             rows.append((left, _names(move.enters), move.by, move.function))
-    # Each column as wide as its widest cell and two spaces.
-    enters = max(len(row[1]) for row in rows) + 2
-    by = max(len(row[2]) for row in rows) + 2
+    # A cell wider than its column keeps a space before the next (lines stay under 100).
     return "\n".join(
-        f"{left:<12}→ {into:<{enters}}{who:<{by}}{function}" for left, into, who, function in rows
+        f"{left:<12}→ {into:<18} {who:<17} {function}" for left, into, who, function in rows
     )

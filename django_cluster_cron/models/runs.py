@@ -22,60 +22,60 @@ class RunStatus(models.TextChoices):
     ``django_cluster_cron.ledger``), into which state. Nothing else writes a run's status; the
     table is ``ledger.states.MOVES`` and the test suite holds the code to it::
 
-        (recorded)  → pending, skipped            leader, operator   rows.new_run
-        (recorded)  → buffered                    leader, operator   rows.new_run
-        (recorded)  → pending, skipped            leader             fastinsert.insert_ignoring_conflicts
-        (recorded)  → buffered                    leader             fastinsert.insert_ignoring_conflicts
-        (recorded)  → pending, uncertain          leader             uncertain.settle_uncertain
-        pending     → cancelled                   leader, operator   buffer.preempt
-        pending     → queued                      whoever sends it   outbox.mark_published
-        pending     → queued                      leader             outbox.mark_sent
-        pending     → running                     worker             statements.claim_run
-        pending     → cancelled                   operator           transitions.cancelled
-        pending     → cancelled, missed           execution system   transitions.discarded
-        pending     → failed                      worker, send flow  transitions.unrunnable
-        pending     → missed                      leader             late.settle_unsent
-        pending     → uncertain                   leader             uncertain.settle_uncertain
-        buffered    → pending                     worker, leader     buffer.release
-        buffered    → missed, skipped             worker, leader     buffer.release
-        buffered    → skipped                     leader, operator   buffer.preempt
-        buffered    → cancelled                   operator           transitions.cancelled
-        queued      → cancelled                   leader, operator   buffer.preempt
-        queued      → running                     worker             statements.claim_run
-        queued      → cancelled                   operator           transitions.cancelled
-        queued      → cancelled, missed           execution system   transitions.discarded
-        queued      → failed                      worker, send flow  transitions.unrunnable
-        queued      → uncertain                   leader             uncertain.settle_uncertain
-        running     → success                     worker             transitions.succeeded
-        running     → failed                      worker             transitions.failed
-        running     → retrying                    worker             transitions.retrying
-        running     → skipped                     worker             transitions.skipped
-        running     → missed                      worker             transitions.missed
-        running     → cancelled                   worker             transitions.stopped
-        running     → terminating                 leader             transitions.terminating
-        running     → success, failed, cancelled  worker, leader     piece_runs.close_run
-        running     → retrying, failed            leader             transitions.lost
-        running     → cancelled                   leader             transitions.lost
-        running     → cancelled, missed           execution system   transitions.discarded
-        running     → uncertain                   leader             uncertain.settle_uncertain
-        success     → running                     operator           piece_moves.reopen_run
-        success     → pending                     operator           transitions.rerun
-        failed      → running                     operator           piece_moves.reopen_run
-        failed      → pending                     operator           transitions.retried
-        retrying    → cancelled                   leader, operator   buffer.preempt
-        retrying    → running                     worker             statements.claim_run
-        retrying    → cancelled                   operator           transitions.cancelled
-        retrying    → cancelled, missed           execution system   transitions.discarded
-        retrying    → failed                      worker, send flow  transitions.unrunnable
-        retrying    → uncertain                   leader             uncertain.settle_uncertain
-        missed      → pending                     operator           transitions.rerun
-        skipped     → pending                     operator           transitions.rerun
-        cancelled   → pending                     operator           transitions.rerun
-        terminating → cancelled                   worker             transitions.stopped
-        terminating → cancelled                   leader             transitions.lost
-        terminating → cancelled, missed           execution system   transitions.discarded
-        terminating → uncertain                   leader             uncertain.settle_uncertain
-        uncertain   → pending                     operator           transitions.rerun
+        (recorded)  → pending, skipped   leader, operator  rows.new_run
+        (recorded)  → buffered           leader, operator  rows.new_run
+        (recorded)  → pending, skipped   leader            fastinsert.insert_ignoring_conflicts
+        (recorded)  → buffered           leader            fastinsert.insert_ignoring_conflicts
+        (recorded)  → pending, uncertain leader            uncertain.settle_uncertain
+        pending     → cancelled          leader, operator  buffer.preempt
+        pending     → queued             whoever sends it  outbox.mark_published
+        pending     → queued             leader            outbox.mark_sent
+        pending     → running            worker            statements.claim_run
+        pending     → cancelled          operator          transitions.cancelled
+        pending     → cancelled, missed  execution system  transitions.discarded
+        pending     → failed             worker, send flow transitions.unrunnable
+        pending     → missed             leader            late.settle_unsent
+        pending     → uncertain          leader            uncertain.settle_uncertain
+        buffered    → pending            worker, leader    buffer.release
+        buffered    → missed, skipped    worker, leader    buffer.release
+        buffered    → skipped            leader, operator  buffer.preempt
+        buffered    → cancelled          operator          transitions.cancelled
+        queued      → cancelled          leader, operator  buffer.preempt
+        queued      → running            worker            statements.claim_run
+        queued      → cancelled          operator          transitions.cancelled
+        queued      → cancelled, missed  execution system  transitions.discarded
+        queued      → failed             worker, send flow transitions.unrunnable
+        queued      → uncertain          leader            uncertain.settle_uncertain
+        running     → success            worker            transitions.succeeded
+        running     → failed             worker            transitions.failed
+        running     → retrying           worker            transitions.retrying
+        running     → skipped            worker            transitions.skipped
+        running     → missed             worker            transitions.missed
+        running     → cancelled          worker            transitions.stopped
+        running     → terminating        leader            transitions.terminating
+        running     → success, failed, cancelled worker, leader    piece_runs.close_run
+        running     → retrying, failed   leader            transitions.lost
+        running     → cancelled          leader            transitions.lost
+        running     → cancelled, missed  execution system  transitions.discarded
+        running     → uncertain          leader            uncertain.settle_uncertain
+        success     → running            operator          piece_moves.reopen_run
+        success     → pending            operator          transitions.rerun
+        failed      → running            operator          piece_moves.reopen_run
+        failed      → pending            operator          transitions.retried
+        retrying    → cancelled          leader, operator  buffer.preempt
+        retrying    → running            worker            statements.claim_run
+        retrying    → cancelled          operator          transitions.cancelled
+        retrying    → cancelled, missed  execution system  transitions.discarded
+        retrying    → failed             worker, send flow transitions.unrunnable
+        retrying    → uncertain          leader            uncertain.settle_uncertain
+        missed      → pending            operator          transitions.rerun
+        skipped     → pending            operator          transitions.rerun
+        cancelled   → pending            operator          transitions.rerun
+        terminating → cancelled          worker            transitions.stopped
+        terminating → cancelled          leader            transitions.lost
+        terminating → cancelled, missed  execution system  transitions.discarded
+        terminating → uncertain          leader            uncertain.settle_uncertain
+        uncertain   → pending            operator          transitions.rerun
 
     ``success``, ``skipped``, ``missed``, ``cancelled`` and ``uncertain`` are final; ``failed``
     is final unless an operator retries it (a run split into pieces, ``failed`` or ``success``,
