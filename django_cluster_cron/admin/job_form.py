@@ -3,7 +3,6 @@ forms of the operator actions (pause, backfill)."""
 
 from __future__ import annotations
 
-import json
 import re
 from datetime import datetime, timedelta
 from typing import Any, cast
@@ -23,7 +22,9 @@ from ..core.timing import SlotTiming
 from ..describe import preview
 from ..models import DEFINITION_FIELDS, JobDefinition, OverlapPolicy
 from ..redaction import ARGUMENT_FIELDS, redact, restore
-from ..validation import MAX_JITTER, MAX_JSON_DEPTH
+from ..validation import MAX_JITTER
+from ..validation.jsontext import EXAMPLES as JSON_EXAMPLES
+from ..validation.jsontext import parse_json
 
 PREVIEW_COUNT = 10
 # Longer than any valid cron (200) or zone name; the parser reports what is wrong below that.
@@ -191,31 +192,7 @@ class JSONText(forms.JSONField):
 
     def to_python(self, value: Any) -> Any:
         if isinstance(value, str) and value.strip() and not self.disabled:
-            try:
-                json.loads(value)
-            except RecursionError:  # some Pythons read deeper than others: the same words
-                raise ValidationError(
-                    "Lists and objects nest more than %(depth)s levels deep. Write %(example)s.",
-                    code="too_deep",
-                    params={"depth": MAX_JSON_DEPTH, "example": self.example},
-                ) from None
-            except json.JSONDecodeError as exc:
-                where = (
-                    f"line {exc.lineno}, column {exc.colno}"
-                    if "\n" in value.strip()
-                    else (f"character {exc.pos + 1}")
-                )
-                hint = " JSON strings take double quotes." if "'" in value else ""
-                raise ValidationError(
-                    "Not valid JSON: %(problem)s at %(where)s.%(hint)s Write %(example)s.",
-                    code="invalid",
-                    params={
-                        "problem": exc.msg.lower(),
-                        "where": where,
-                        "hint": hint,
-                        "example": self.example,
-                    },
-                ) from None
+            parse_json(value, self.example)
         return super().to_python(value)
 
     def bound_data(self, data: Any, initial: Any) -> Any:
@@ -251,13 +228,7 @@ class JobDefinitionForm(forms.ModelForm):  # type: ignore[type-arg]
             self.fields["task"] = forms.CharField(
                 max_length=200, widget=TaskInput(), help_text=_help_text("task")
             )
-        for name, example in (
-            ("args", 'a list, such as [1, "two"] (or [] for none)'),
-            ("kwargs", 'an object, such as {"limit": 10} (or {} for none)'),
-            ("pieces_required", "a list of piece indexes, such as [0, 3] (or [] for none)"),
-            ("retention", 'an object, such as {"success": 7, "failed": 365} (or nothing)'),
-            ("keep_last", 'a number, such as 10, or an object, such as {"failed": 20}'),
-        ):
+        for name, example in JSON_EXAMPLES.items():
             field = self.fields.get(name)
             if field is None:  # read-only here, as above
                 continue

@@ -5,19 +5,22 @@ the action the admin's button calls (``django_cluster_cron.actions``, the job's 
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from .. import actions, audit
 from ..dbtime import database_now
 from ..models import FINAL_STATUSES, JobRun, RunStatus
+from ..validation.jsontext import EXAMPLES as JSON_EXAMPLES
+from ..validation.jsontext import parse_json
 from .common import (
     Refused,
     Reply,
+    Usage,
     find_job,
     find_run,
     iso,
@@ -43,9 +46,9 @@ def trigger(options: dict[str, Any], *, echo: Callable[[str], None]) -> Reply:
     kwargs = None
     if options["kwargs"] is not None:
         try:
-            kwargs = json.loads(options["kwargs"])
-        except ValueError as exc:
-            raise Refused(f"--kwargs: not JSON ({exc}): {options['kwargs'][:80]!r}") from None
+            kwargs = parse_json(options["kwargs"], JSON_EXAMPLES["kwargs"])
+        except ValidationError as exc:
+            raise Refused(f"--kwargs: {' '.join(exc.messages)}") from None
     with _acting(options):
         try:
             run = actions.run_now(
@@ -174,11 +177,11 @@ def _job_state(job: Any) -> dict[str, Any]:
 def retry(options: dict[str, Any]) -> Reply:
     if options["run"] is not None:
         if options["job"] or options["since"]:
-            raise Refused("Give a run, or --job (with --failed and --since), not both.")
+            raise Usage("Give a run, or --job (with --failed and --since), not both.")
         runs = [find_run(options["run"])]
     elif options["job"]:
         if not options["failed"]:
-            raise Refused("retry --job retries failed runs only: add --failed.")
+            raise Usage("retry --job retries failed runs only: add --failed.")
         job = find_job(options["job"], deleted=True)
         chosen = JobRun.objects.select_related("job").filter(job=job, status=RunStatus.FAILED)
         if options["since"]:
@@ -188,7 +191,7 @@ def retry(options: dict[str, Any]) -> Reply:
         if len(runs) > RETRY_MOST:
             raise Refused(f"More than {RETRY_MOST:,} failed runs match: narrow them with --since.")
     else:
-        raise Refused("Give a run id, or --job JOB --failed [--since …].")
+        raise Usage("Give a run id, or --job JOB --failed [--since …].")
     retried, refused = [], []
     with _acting(options):
         for run in runs:

@@ -15,12 +15,18 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from django.utils.duration import duration_string
 
 from ..models import DEFINITION_FIELDS, JobDefinition, JobRun
+from ..redaction import ARGUMENT_FIELDS, redact
 
 UTC = timezone.utc
 
 
 class Refused(Exception):
     """The verb cannot be done: exit 1, this message on stderr."""
+
+
+class Usage(Refused):
+    """The verb was asked wrongly (options that do not go together, a value out of range):
+    exit 2, as for a usage error the parser finds, this message on stderr."""
 
 
 @dataclass
@@ -70,6 +76,15 @@ def find_run(ref: str) -> JobRun:
     if run is None:
         raise Refused(f"There is no run {ref}.")
     return cast(JobRun, run)
+
+
+def zone_or_utc(name: str) -> tzinfo:
+    """The zone a stored job names, for showing its times: UTC if the name is not one (a row
+    saved around validation must not stop a list of every job)."""
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        return UTC
 
 
 def zone_named(name: str) -> tzinfo:
@@ -167,12 +182,16 @@ def state_of(job: JobDefinition) -> str:
 STATE_FIELDS = ("enabled", "pause_note")
 
 
-def job_data(job: JobDefinition, *, state: bool = False) -> dict[str, Any]:
+def job_data(job: JobDefinition, *, state: bool = False, masked: bool = False) -> dict[str, Any]:
     """A job's definition (its name and every definition field, with ``enabled`` and
     ``pause_note`` if ``state``) as JSON: moments in ISO 8601, durations as Django writes them
-    (``1 00:00:00``), so that ``import`` reads back exactly what ``export`` wrote."""
+    (``1 00:00:00``), so that ``import`` reads back exactly what ``export`` wrote. ``masked``:
+    secret-looking arguments masked, as the admin and the API show them."""
     names = ("name", *(STATE_FIELDS if state else ()), *DEFINITION_FIELDS)
     fields = {name: getattr(job, name) for name in names}
+    if masked:
+        for name in ARGUMENT_FIELDS:
+            fields[name] = redact(fields[name])
     for name, value in fields.items():
         if isinstance(value, datetime):
             fields[name] = iso(value)

@@ -8,15 +8,30 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Mapping
+from datetime import datetime, tzinfo
 from pathlib import Path
 from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import models, transaction
+from django.utils import timezone
 
 from .. import audit
 from ..models import DEFINITION_FIELDS, JobDefinition
-from .common import STATE_FIELDS, Refused, Reply, find_job, job_data, version_of
+from ..redaction import redact_changes
+from ..validation.jsontext import EXAMPLES as JSON_EXAMPLES
+from ..validation.jsontext import parse_json
+from .common import (
+    STATE_FIELDS,
+    Refused,
+    Reply,
+    Usage,
+    find_job,
+    job_data,
+    parse_when,
+    version_of,
+    zone_or_utc,
+)
 
 # ``set``'s own options and the field each one sets (any other field: --field NAME=VALUE).
 OPTION_FIELDS = {
@@ -35,19 +50,26 @@ OPTION_FIELDS = {
     "end_at": "end_at",
 }
 FORMATS = ("json", "yaml")
+# The definition's moments: typed without an offset, they are in the job's zone.
+MOMENTS = tuple(
+    f.name for f in JobDefinition._meta.concrete_fields if isinstance(f, models.DateTimeField)
+)
 
 
-def _value(field_name: str, text: str, *, where: str) -> Any:
-    """An operator's text for a field: JSON for a JSON field, else as typed (the model's
-    validation converts and checks it)."""
+def _value(field_name: str, text: str, *, where: str, zone: tzinfo) -> Any:
+    """An operator's text for a field: JSON for a JSON field (refused in the admin's words), a
+    moment as the terminal takes one (without an offset: in ``zone``, the job's), else as typed
+    (the model's validation converts and checks it)."""
     field = JobDefinition._meta.get_field(field_name)
-    if isinstance(field, models.JSONField):
-        try:
-            return json.loads(text)
-        except ValueError as exc:
-            raise Refused(f"{where}: not JSON ({exc}): {text[:80]!r}") from None
     if text == "" and getattr(field, "null", False):
         return None
+    if isinstance(field, models.JSONField):
+        try:
+            return parse_json(text, JSON_EXAMPLES.get(field_name, "JSON"))
+        except ValidationError as exc:
+            raise Refused(f"{where}: {' '.join(exc.messages)}") from None
+    if isinstance(field, models.DateTimeField):
+        return parse_when(text, timezone.now(), zone, what=where)
     return text
 
 
@@ -69,7 +91,11 @@ def _diff(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, list
 
 
 def _diff_lines(diff: Mapping[str, list[Any]]) -> list[str]:
-    return [f"  {name}: {json.dumps(a)} -> {json.dumps(b)}" for name, (a, b) in diff.items()]
+    """The changes for a person (and a pipeline's log): secret-looking arguments masked."""
+    return [
+        f"  {name}: {json.dumps(a)} -> {json.dumps(b)}"
+        for name, (a, b) in redact_changes(dict(diff)).items()
+    ]
 
 
 def set_fields(options: dict[str, Any]) -> Reply:
@@ -81,7 +107,7 @@ def set_fields(options: dict[str, Any]) -> Reply:
     for pair in options.get("field") or []:
         name, sep, text = pair.partition("=")
         if not sep:
-            raise Refused(f"--field {pair!r}: give NAME=VALUE.")
+            raise Usage(f"--field {pair!r}: give NAME=VALUE.")
         if name not in DEFINITION_FIELDS:
             raise Refused(
                 f"--field {name!r} is not a field of a job's definition; give one of "
@@ -89,7 +115,7 @@ def set_fields(options: dict[str, Any]) -> Reply:
             )
         given[name] = text
     if not given:
-        raise Refused("Nothing to set: give at least one field (see cron set -h).")
+        raise Usage("Nothing to set: give at least one field (see cron set -h).")
     with transaction.atomic():
         job = find_job(options["job"])
         job = JobDefinition.objects.select_for_update().get(pk=job.pk)
@@ -101,9 +127,10 @@ def set_fields(options: dict[str, Any]) -> Reply:
                 f"{version_of(job)}. Look at it again (cron describe) and retry with that version."
             )
         before = job_data(job)
+        zone = zone_or_utc(given.get("timezone", job.timezone))
         for name, text in given.items():
             where = f"--{name.replace('_', '-')}" if name in OPTION_FIELDS.values() else name
-            setattr(job, name, _value(name, text, where=where))
+            setattr(job, name, _value(name, text, where=where, zone=zone))
         try:
             job.full_clean()
         except ValidationError as exc:
@@ -122,8 +149,8 @@ def set_fields(options: dict[str, Any]) -> Reply:
     else:
         text = "\n".join([f"{job.name} changed:", *_diff_lines(diff)])
     data = {
-        "job": job.name,
-        "changes": diff,
+        "job": {"id": job.pk, "name": job.name},
+        "changes": redact_changes(diff),
         "dry_run": bool(options["dry_run"]),
         "version": version_of(job),
     }
@@ -154,6 +181,8 @@ def _read(path: str) -> list[Any]:
         text = Path(path).read_text(encoding="utf-8") if path != "-" else _stdin()
     except OSError as exc:
         raise Refused(f"{path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise Refused(f"{path}: not UTF-8 text (what cron export writes).") from None
     try:
         found = _yaml().safe_load(text) if path.endswith((".yaml", ".yml")) else json.loads(text)
     except ValueError as exc:
@@ -199,13 +228,25 @@ def import_jobs(options: dict[str, Any]) -> Reply:
         existing = JobDefinition.objects.filter(name=name).first()
         job = existing or JobDefinition(name=name)
         before = job_data(job, state=True) if existing else {}
-        for field, value in spec.items():
-            if field not in ("id", "name"):
-                setattr(job, field, value)
+        zone = zone_or_utc(spec.get("timezone") or job.timezone)
         try:
+            for field, value in spec.items():
+                if field in ("id", "name"):
+                    continue
+                if field in MOMENTS and isinstance(value, str) and value:
+                    value = parse_when(value, timezone.now(), zone, what=f"{where}, {field}")
+                elif isinstance(value, datetime) and value.tzinfo is None:  # YAML's own
+                    value = value.replace(tzinfo=zone)
+                setattr(job, field, value)
             job.full_clean()
         except ValidationError as exc:
             problems.append(str(_refusal(exc, prefix=f"{where}, ")))
+            continue
+        except Refused as exc:
+            problems.append(str(exc))
+            continue
+        except (TypeError, ValueError) as exc:  # a value of a type no field takes (a YAML int)
+            problems.append(f"{where}: a value is not of the type its field takes ({exc}).")
             continue
         diff = _diff(before, job_data(job, state=True)) if existing else {}
         if existing is not None and existing.code_owned and set(diff) - set(STATE_FIELDS):

@@ -16,6 +16,7 @@ from .common import (
     UTC,
     Refused,
     Reply,
+    Usage,
     find_job,
     iso,
     job_data,
@@ -27,6 +28,7 @@ from .common import (
     table,
     version_of,
     zone_named,
+    zone_or_utc,
 )
 
 # A job is late when its next run is this far in the past and nothing recorded it.
@@ -81,7 +83,7 @@ def list_jobs(options: dict[str, Any]) -> Reply:
         return Reply(_listed_data(found))
     rows = [
         [
-            shown(job["next_run_at"], zone_named(job["timezone"])) if job["enabled"] else "—",
+            shown(job["next_run_at"], zone_or_utc(job["timezone"])) if job["enabled"] else "—",
             left(job["next_run_at"], now) if job["enabled"] else "—",
             left(job["last_slot"], now) if job["last_slot"] else "—",
             job["last_status"] or "—",
@@ -122,7 +124,7 @@ def _listed_data(found: list[dict[str, Any]]) -> dict[str, Any]:
 def describe_job(options: dict[str, Any]) -> Reply:
     job = find_job(options["job"])
     now = timezone.now()
-    zone = zone_named(job.timezone)
+    zone = zone_or_utc(job.timezone)
     try:
         found = preview(job.cron, job.timezone, now, 10, job.timing(), job.exclusions or None)
     except (ScheduleError, ValueError) as exc:
@@ -134,7 +136,7 @@ def describe_job(options: dict[str, Any]) -> Reply:
     runs = list(not_ahead(JobRun.objects.filter(job=job), now).order_by("-scheduled_for")[:10])
     alerts = _alerts(job)
     data = {
-        "job": {"id": job.pk, **job_data(job)},
+        "job": {"id": job.pk, **job_data(job, masked=True)},
         "version": version_of(job),
         "state": state_of(job),
         "pause_note": job.pause_note or None,
@@ -198,16 +200,17 @@ def next_times(options: dict[str, Any]) -> Reply:
     now = timezone.now()
     if options["expr"]:
         if options["job"]:
-            raise Refused("Give a job or --expr, not both.")
+            raise Usage("Give a job or --expr, not both.")
         expression, zone_name = options["expr"], options["tz"] or "UTC"
         timing, exclusions = PLAIN, None
     elif options["job"]:
         job = find_job(options["job"])
-        expression, zone_name = job.cron, options["tz"] or job.timezone
+        # The job's schedule is its zone's; --tz only shows its times in another.
+        expression, zone_name = job.cron, job.timezone
         timing, exclusions = job.timing(), job.exclusions or None
     else:
-        raise Refused("Give a job, or an expression with --expr (and --tz).")
-    zone = zone_named(zone_name)
+        raise Usage("Give a job, or an expression with --expr (and --tz).")
+    zone = zone_named(options["tz"] or zone_name)
     count = options["count"]
     start, end = now, None
     if options["between"]:
@@ -215,9 +218,9 @@ def next_times(options: dict[str, Any]) -> Reply:
         start = parse_when(first, now, zone, what="--between")
         end = parse_when(last, now, zone, what="--between")
     if end is not None and end <= start:
-        raise Refused("--between: the end must be after the start.")
+        raise Usage("--between: the end must be after the start.")
     if count < 1 or count > NEXT_MOST:
-        raise Refused(f"--count must be from 1 to {NEXT_MOST:,}; got {count}.")
+        raise Usage(f"--count must be from 1 to {NEXT_MOST:,}; got {count}.")
     try:
         many = NEXT_MOST if end else count
         # From A on, A included (a preview gives the fire times after the moment it is given).
@@ -227,9 +230,13 @@ def next_times(options: dict[str, Any]) -> Reply:
         field = getattr(exc, "field", None)
         raise Refused(f"{'--tz' if field == 'timezone' else 'schedule'}: {exc}") from None
     upcoming = [(slot, due) for slot, due in found.upcoming if end is None or due <= end]
+    # --between stops at NEXT_MOST fire times: said, not hidden.
+    truncated = end is not None and len(upcoming) == len(found.upcoming) == NEXT_MOST
     data = {
         "schedule": expression,
         "timezone": zone_name,
+        "shown_in": str(zone),
+        "truncated": truncated,
         "schedule_in_words": found.words,
         "fire_times": [
             {"slot": iso(slot), "due": iso(due), "note": found.schedule.dst_note(slot) or None}
@@ -245,6 +252,8 @@ def next_times(options: dict[str, Any]) -> Reply:
     ]
     if not upcoming:
         lines.append("  no fire time" + (" in that range" if end else ""))
+    if truncated:
+        lines.append(f"  … the first {NEXT_MOST:,} only: narrow the range")
     lines += [f"  left out: {shown(at, zone)}  {why}" for at, why in found.excluded]
     return Reply(data, "\n".join(lines))
 
@@ -256,7 +265,7 @@ def list_runs(options: dict[str, Any]) -> Reply:
     if options["job"]:
         job = find_job(options["job"], deleted=True)
         runs = runs.filter(job=job)
-        zone = zone_named(job.timezone)
+        zone = zone_or_utc(job.timezone)
     if options["status"]:
         known = set(RunStatus.values)
         wrong = [s for s in options["status"] if s not in known]
@@ -270,7 +279,7 @@ def list_runs(options: dict[str, Any]) -> Reply:
         runs = runs.filter(scheduled_for__gte=parse_when(options["since"], now, what="--since"))
     limit = options["limit"]
     if not 1 <= limit <= 10_000:
-        raise Refused(f"--limit must be from 1 to 10,000; got {limit}.")
+        raise Usage(f"--limit must be from 1 to 10,000; got {limit}.")
     found = list(runs.order_by("-scheduled_for")[:limit])
     data = {"runs": [run_data(run) for run in found]}
     rows = [

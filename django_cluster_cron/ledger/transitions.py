@@ -284,8 +284,19 @@ RERUNNABLE = (
 
 def rerun(run: JobRun) -> bool:
     """A run that ended otherwise than ``failed`` (and has no pieces) → ``pending``, the next
-    attempt (sent at once); why it had ended is cleared."""
-    fields = {**next_attempt(run, at=None), "finished_at": None, "reason": ""}
+    attempt (sent at once); how it had ended is cleared, a cancel asked of it included (the
+    new attempt would stop at once, and its end could not be written)."""
+    fields = {
+        **next_attempt(run, at=None),
+        "finished_at": None,
+        "reason": "",
+        "result": "",
+        "error": "",
+        "traceback": "",
+        "duration": None,
+        "cancel_requested_at": None,
+        "cancel_requested_by": "",
+    }
     return bool(
         JobRun.objects.filter(pk=run.pk, status__in=RERUNNABLE, piece_count=0).update(**fields)
     )

@@ -15,7 +15,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ...actions import REPROCESS
 from ...cli import acting, editing, reading
-from ...cli.common import Refused, Reply, default_actor
+from ...cli.common import Refused, Reply, Usage, default_actor
 from ...models import OverlapPolicy, RunStatus
 
 EXAMPLES = {
@@ -236,6 +236,8 @@ class Command(BaseCommand):
         self._confirm(verb, options)
         try:
             reply = self._reply(verb, options)
+        except Usage as exc:
+            raise CommandError(str(exc), returncode=2) from None
         except Refused as exc:
             raise CommandError(str(exc), returncode=1) from None
         for warning in reply.warnings:
@@ -274,7 +276,7 @@ class Command(BaseCommand):
 
     def _confirm(self, verb: str, options: dict[str, Any]) -> None:
         """A destructive verb asks first at a terminal; without one it needs --yes."""
-        bulk = verb == "retry" and options.get("run") is None
+        bulk = verb == "retry" and bool(options.get("job"))
         if verb not in DESTRUCTIVE or options["yes"] or options.get("dry_run"):
             return
         if verb == "retry" and not bulk:
@@ -284,6 +286,9 @@ class Command(BaseCommand):
                 f"cron {verb} changes runs and no one is at a terminal to confirm: add --yes.",
                 returncode=1,
             )
-        answer = input(f"cron {verb}: go ahead? [y/N] ")
+        # The question on stderr: stdout may be a file being written (--json > out.json).
+        sys.stderr.write(f"cron {verb}: go ahead? [y/N] ")
+        sys.stderr.flush()
+        answer = sys.stdin.readline()
         if answer.strip().lower() not in ("y", "yes"):
             raise CommandError("Nothing done.", returncode=1)
