@@ -114,10 +114,11 @@ def timing_from_query(query: Any) -> SlotTiming:
     return SlotTiming(start, end, timedelta(seconds=jitter), key if jitter else 0)
 
 
-def task_suggestions() -> list[tuple[str, str]]:
+def task_suggestions(*, include_jobs: bool = True) -> list[tuple[str, str]]:
     """The tasks a job may name, each with the system it runs on: the Celery app's registered
     tasks (when the project has a Celery app), the ``django.tasks`` tasks of the installed apps'
-    ``tasks`` modules, and the tasks jobs already name; those ``TASK_ALLOWLIST`` admits."""
+    ``tasks`` modules, and (``include_jobs``) the tasks jobs already name; those
+    ``TASK_ALLOWLIST`` admits."""
     from ..celery_app import configured, get_celery_app
     from ..conf import app_settings
     from ..djtasks_app import task_paths
@@ -130,7 +131,8 @@ def task_suggestions() -> list[tuple[str, str]]:
     found = dict.fromkeys(celery, "Celery task")
     for path in task_paths():
         found.setdefault(path, "django.tasks task")
-    for name in JobDefinition.objects.order_by().values_list("task", flat=True).distinct():
+    named = JobDefinition.objects.order_by().values_list("task", flat=True).distinct()
+    for name in named if include_jobs else ():
         found.setdefault(name, "a job's task")
     return sorted((n, kind) for n, kind in found.items() if app_settings.task_allowed(n))
 
