@@ -3,12 +3,13 @@
 runs goes.
 
 One pass (:func:`prune`) takes at most ``limit`` runs, oldest slots first, status by status and
-policy by policy (the jobs with no retention of their own share one statement per status), in one
-transaction: under the leader's fence when the leader prunes (a deposed leader's pass writes
-nothing), a plain one when an operator does (``prune_runs``). In that transaction, before
-deleting, every (job, day) the batch touches gets its :class:`~django_cluster_cron.models.
-RunSummary` from all of that day's runs still in the ledger, if it has none; a day summed up
-already gains the runs recorded after its summary (a backfill of an old range) as they go.
+policy by policy (the jobs with no retention of their own share one statement per status): when
+the leader prunes, in short transactions under its fence (a chunk of ids each: a deposed leader's
+pass writes nothing more, and a tick never waits for more than one chunk), in one plain
+transaction when an operator does (``prune_runs``). Before deleting, every (job, day) the batch
+touches gets its :class:`~django_cluster_cron.models.RunSummary` from all of that day's runs
+still in the ledger, if it has none; a day summed up already gains the runs recorded after its
+summary (a backfill of an old range) as they go.
 Runs waiting or running are never pruned. Deletes name their rows by id, and a run's pieces go
 with it; no delete signal is sent.
 """
@@ -18,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, cast
@@ -149,14 +150,19 @@ def prune(
     archive: Callable[[list[dict[str, Any]]], None] | None = None,
 ) -> Pruned:
     """One pass: up to ``limit`` runs that may go at ``now`` (see the module), their days summed
-    up first, in one transaction (fenced when ``fence`` is given: ``FencedOut`` and nothing
-    written if its term is over). ``archive`` gets each run's columns before it goes."""
+    up first. ``archive`` gets each run's columns before it goes.
+
+    The leader's pass (``fence`` given) writes in short fenced transactions, one per statement's
+    worth (a chunk of ids, a group of job-days): a fenced transaction holds the leader row's lock
+    until it commits, and the tick's own fenced writes wait for it, so a pass in one transaction
+    held the ticks back for its whole length. Each step raises ``FencedOut`` and writes nothing
+    once the term is over. An operator's pass (``prune_runs``, no fence) is one transaction: a
+    failed batch leaves nothing half done."""
     found = groups(days=days, keep_last=keep_last)
-    scope: AbstractContextManager[Any] = (
-        fence.transaction(now) if fence is not None else transaction.atomic()
-    )
     pruned = Pruned()
-    with scope:
+    step = _steps(fence, now)
+    whole: AbstractContextManager[Any] = transaction.atomic() if fence is None else nullcontext()
+    with whole:
         batch: list[tuple[int, int, str, datetime, datetime]] = []
         for group in found:
             left = limit - len(batch)
@@ -169,18 +175,29 @@ def prune(
             )
         pruned.full = len(batch) >= limit
         if batch:
-            pruned.summaries = sum_up(batch, now=now)
-            if archive is not None:
-                for chunk in _chunks([row[0] for row in batch]):
-                    archive(list(JobRun.objects.filter(pk__in=chunk).values(*ARCHIVED_FIELDS)))
+            pruned.summaries = sum_up(batch, now=now, step=step)
             by_status: dict[str, list[int]] = defaultdict(list)
             for row in batch:
                 by_status[row[2]].append(row[0])
             for status, ids in by_status.items():
                 for chunk in _chunks(ids):
-                    pruned.by_status[status] += _delete(chunk, status)
-        pruned.summaries_dropped = _drop_old_summaries(now, limit)
+                    with step():
+                        if archive is not None:
+                            archive(
+                                list(JobRun.objects.filter(pk__in=chunk).values(*ARCHIVED_FIELDS))
+                            )
+                        pruned.by_status[status] += _delete(chunk, status)
+        with step():
+            pruned.summaries_dropped = _drop_old_summaries(now, limit)
     return pruned
+
+
+def _steps(fence: Fence | None, now: datetime) -> Callable[[], AbstractContextManager[Any]]:
+    """What each write of a pass runs in: a fenced transaction of its own for the leader, the
+    operator's one transaction otherwise."""
+    if fence is None:
+        return nullcontext
+    return lambda: fence.transaction(now)
 
 
 def _delete(ids: Sequence[int], status: str) -> int:

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta, timezone
+from typing import Any
 
 from django.db import connection
 from django.db.models import Count, F, Sum
@@ -58,10 +60,16 @@ def day_of(slot: datetime) -> date:
     return slot.astimezone(timezone.utc).date()
 
 
-def sum_up(batch: Sequence[tuple[int, int, str, datetime, datetime]], *, now: datetime) -> int:
+def sum_up(
+    batch: Sequence[tuple[int, int, str, datetime, datetime]],
+    *,
+    now: datetime,
+    step: Callable[[], AbstractContextManager[Any]] = nullcontext,
+) -> int:
     """Write the summary of every (job, day) of ``batch`` (rows of id, job, status, slot,
     created) that has none, from all the day's runs; add to an existing one the rows of the
-    batch recorded after it. Returns how many summaries were written."""
+    batch recorded after it. Each statement's worth of writes runs in a ``step`` (the leader's:
+    a fenced transaction of its own). Returns how many summaries were written."""
     days: dict[date, set[int]] = defaultdict(set)
     oldest_kept = now.date() - timedelta(days=app_settings.SUMMARY_RETENTION_DAYS)
     for _, job_id, _, slot, _ in batch:
@@ -75,19 +83,35 @@ def sum_up(batch: Sequence[tuple[int, int, str, datetime, datetime]], *, now: da
     written = 0
     for day, jobs in days.items():
         missing = sorted(job for job in jobs if (job, day) not in existing)
-        for start in range(0, len(missing), JOBS_PER_QUERY):
-            summaries = summarise(missing[start : start + JOBS_PER_QUERY], day, now=now)
-            RunSummary.objects.bulk_create(summaries, ignore_conflicts=True)
-            written += len(summaries)
+        written += _write(missing, day, now=now, step=step)
     late: dict[tuple[int, date], Counter[str]] = defaultdict(Counter)
     for _, job_id, status, slot, created in batch:
         summary = existing.get((job_id, day_of(slot)))
         if summary is not None and created > summary.summed_at:
             late[(job_id, summary.day)][status] += 1
-    for (job_id, day), counts in late.items():
-        RunSummary.objects.filter(job_id=job_id, day=day).update(
-            **{status: F(status) + count for status, count in counts.items()}
-        )
+    if late:
+        with step():
+            for (job_id, day), counts in late.items():
+                RunSummary.objects.filter(job_id=job_id, day=day).update(
+                    **{status: F(status) + count for status, count in counts.items()}
+                )
+    return written
+
+
+def _write(
+    jobs: Sequence[int],
+    day: date,
+    *,
+    now: datetime,
+    step: Callable[[], AbstractContextManager[Any]],
+) -> int:
+    """Sum up and write ``day`` of ``jobs``, JOBS_PER_QUERY jobs a step; how many written."""
+    written = 0
+    for start in range(0, len(jobs), JOBS_PER_QUERY):
+        with step():
+            summaries = summarise(jobs[start : start + JOBS_PER_QUERY], day, now=now)
+            RunSummary.objects.bulk_create(summaries, ignore_conflicts=True)
+        written += len(summaries)
     return written
 
 
@@ -103,9 +127,14 @@ def _bounds(day: date) -> tuple[datetime, datetime]:
     return start, start + timedelta(days=1)
 
 
-def sum_up_day(day: date, *, now: datetime) -> int:
-    """Write the summary of ``day`` for each job with a run that day and none yet; returns how
-    many were written."""
+def sum_up_day(
+    day: date,
+    *,
+    now: datetime,
+    step: Callable[[], AbstractContextManager[Any]] = nullcontext,
+) -> int:
+    """Write the summary of ``day`` for each job with a run that day and none yet, a step per
+    JOBS_PER_QUERY jobs; returns how many were written."""
     start, end = _bounds(day)
     jobs = set(
         JobRun.objects.filter(scheduled_for__gte=start, scheduled_for__lt=end)
@@ -114,13 +143,7 @@ def sum_up_day(day: date, *, now: datetime) -> int:
         .distinct()
     )
     jobs -= set(RunSummary.objects.filter(day=day).values_list("job_id", flat=True))
-    missing = sorted(jobs)
-    written = 0
-    for first in range(0, len(missing), JOBS_PER_QUERY):
-        summaries = summarise(missing[first : first + JOBS_PER_QUERY], day, now=now)
-        RunSummary.objects.bulk_create(summaries, ignore_conflicts=True)
-        written += len(summaries)
-    return written
+    return _write(sorted(jobs), day, now=now, step=step)
 
 
 def summarise(

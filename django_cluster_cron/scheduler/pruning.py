@@ -121,8 +121,7 @@ class Pruner:
         day = next((day for day in ended if day not in self.summed), None)
         if day is None:
             return
-        with fence.transaction(now):
-            written = summaries.sum_up_day(day, now=now)
+        written = summaries.sum_up_day(day, now=now, step=lambda: fence.transaction(now))
         self.summed.add(day)
         if written:
             logger.info("prune.summed day=%s jobs=%s", day.isoformat(), written)

@@ -503,11 +503,34 @@ def test_a_run_no_longer_final_when_its_batch_is_deleted_stays(monkeypatch):
     retried = JobRun.objects.get(scheduled_for=runs[1].scheduled_for)
     real = summaries.sum_up
 
-    def retried_meanwhile(batch, *, now):
+    def retried_meanwhile(batch, *, now, step):
         # An operator's retry lands between the pass's choice and its delete.
         JobRun.objects.filter(pk=retried.pk).update(status=RunStatus.PENDING)
-        return real(batch, now=now)
+        return real(batch, now=now, step=step)
 
     monkeypatch.setattr(retention, "sum_up", retried_meanwhile)
     assert retention.prune(now=NOW, limit=100).by_status == {"failed": 2}
     assert left(job) == {"pending": 1}
+
+
+def test_the_leaders_pass_writes_in_short_fenced_transactions_not_one(monkeypatch):
+    # A fenced transaction holds the leader row's lock until it commits, and every fenced write
+    # of the tick waits for it: a pass is many short ones, each a chunk of ids, never nested.
+    monkeypatch.setattr(retention, "CHUNK", 2)
+    job = make_job()
+    add(job, RunStatus.SUCCESS, days_ago=100, count=5)
+    add(job, RunStatus.SKIPPED, days_ago=100, minutes=30, count=3)
+    fence = Fence.claim("node-a", "token-a")
+    real = Fence.transaction
+    entered = []
+
+    def counted(self, now):
+        entered.append(connection.in_atomic_block)
+        return real(self, now)
+
+    monkeypatch.setattr(Fence, "transaction", counted)
+    pruned = retention.prune(now=NOW, limit=100, fence=fence)
+    assert pruned.by_status == {"success": 5, "skipped": 3}
+    # Summaries (a step), 3 chunks of success, 2 of skipped, the old summaries (a step).
+    assert len(entered) == 1 + 3 + 2 + 1
+    assert not any(entered), "a step ran inside another transaction"
