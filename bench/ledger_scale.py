@@ -211,7 +211,12 @@ def burst(n: int, beside_prune: bool) -> float:
                 fence = scheduler.term.fence
                 if fence is None:
                     break
-                result = retention.prune(now=timezone.now(), limit=10_000, fence=fence)
+                result = retention.prune(
+                    now=timezone.now(),
+                    limit=10_000,
+                    fence=fence,
+                    before_write=lambda: scheduler.term.quiet.wait(5.0),
+                )
                 pruned[0] += result.runs
                 if not result.full:
                     break

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import logging
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, cast
@@ -148,9 +148,11 @@ def prune(
     days: int | None = None,
     keep_last: int | None = None,
     archive: Callable[[list[dict[str, Any]]], None] | None = None,
+    before_write: Callable[[], object] | None = None,
 ) -> Pruned:
     """One pass: up to ``limit`` runs that may go at ``now`` (see the module), their days summed
-    up first. ``archive`` gets each run's columns before it goes.
+    up first. ``archive`` gets each run's columns before it goes; ``before_write`` is called
+    before each of the leader's fenced writes (it waits while the tick records).
 
     The leader's pass (``fence`` given) writes in short fenced transactions, one per statement's
     worth (a chunk of ids, a group of job-days): a fenced transaction holds the leader row's lock
@@ -160,7 +162,7 @@ def prune(
     failed batch leaves nothing half done."""
     found = groups(days=days, keep_last=keep_last)
     pruned = Pruned()
-    step = _steps(fence, now)
+    step = steps(fence, now, before_write)
     whole: AbstractContextManager[Any] = transaction.atomic() if fence is None else nullcontext()
     with whole:
         batch: list[tuple[int, int, str, datetime, datetime]] = []
@@ -192,12 +194,22 @@ def prune(
     return pruned
 
 
-def _steps(fence: Fence | None, now: datetime) -> Callable[[], AbstractContextManager[Any]]:
-    """What each write of a pass runs in: a fenced transaction of its own for the leader, the
-    operator's one transaction otherwise."""
+def steps(
+    fence: Fence | None, now: datetime, before: Callable[[], object] | None = None
+) -> Callable[[], AbstractContextManager[Any]]:
+    """What each write of a pass runs in: a fenced transaction of its own for the leader (after
+    ``before``), the operator's one transaction otherwise."""
     if fence is None:
         return nullcontext
-    return lambda: fence.transaction(now)
+
+    @contextmanager
+    def step() -> Iterator[None]:
+        if before is not None:
+            before()
+        with fence.transaction(now):
+            yield
+
+    return step
 
 
 def _delete(ids: Sequence[int], status: str) -> int:

@@ -75,7 +75,15 @@ class Batches:
 
     def record_due(self) -> None:
         """Record and publish what is due, and record ahead up to the horizon, batch by batch;
-        an instant prepared earlier that comes due meanwhile is sent between two batches."""
+        an instant prepared earlier that comes due meanwhile is sent between two batches.
+        Meanwhile the leader's pruning waits (``Term.quiet``)."""
+        self.term.quiet.clear()
+        try:
+            self._record_due()
+        finally:
+            self.term.quiet.set()
+
+    def _record_due(self) -> None:
         while self.term.is_leader and not self.stop.is_set():
             if not self.term.fresh_or_renewed():
                 return

@@ -36,6 +36,7 @@ calls ``on_end`` so the leader's other parts drop what only a leader may keep.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -99,6 +100,11 @@ class Term:
         self._reach_broker = reach_broker
         # The leader row watched for a database that went back (a lossy failover).
         self.watch = RowWatch(node_id=node_id, on_went_back=on_went_back)
+        # Set while the tick is not recording a slot's runs. The leader's other writers on
+        # threads of their own (the pruning) wait for it before each fenced write: a fenced
+        # transaction holds the leader row, which every batch of the tick needs.
+        self.quiet = threading.Event()
+        self.quiet.set()
         # The term given up, or taken, through the database when the lease is out of reach.
         self.handover = Handover(
             node_id=node_id,

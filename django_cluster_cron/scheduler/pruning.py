@@ -30,6 +30,8 @@ from .leadership import Term
 logger = logging.getLogger("django_cluster_cron.scheduler")
 
 DAY = 86_400.0
+# The longest a write of a pass waits for the tick to finish recording.
+YIELD_MOST = 5.0
 
 
 class Pruner:
@@ -78,7 +80,12 @@ class Pruner:
             now = self.clock()
             self.sum_up_a_day(fence, now)
             if app_settings.PRUNE_RUNS:
-                pruned = retention.prune(now=now, limit=app_settings.PRUNE_BATCH_SIZE, fence=fence)
+                pruned = retention.prune(
+                    now=now,
+                    limit=app_settings.PRUNE_BATCH_SIZE,
+                    fence=fence,
+                    before_write=self.yield_to_tick,
+                )
             # A pass that was not full left nothing past its retention: no second look.
             left = not app_settings.PRUNE_RUNS or pruned.full
             oldest = retention.oldest_prunable(self.clock()) if left else None
@@ -121,10 +128,17 @@ class Pruner:
         day = next((day for day in ended if day not in self.summed), None)
         if day is None:
             return
-        written = summaries.sum_up_day(day, now=now, step=lambda: fence.transaction(now))
+        step = retention.steps(fence, now, self.yield_to_tick)
+        written = summaries.sum_up_day(day, now=now, step=step)
         self.summed.add(day)
         if written:
             logger.info("prune.summed day=%s jobs=%s", day.isoformat(), written)
+
+    def yield_to_tick(self) -> None:
+        """Wait while the tick records a slot's runs (at most YIELD_MOST seconds: a tick that
+        records without end must not stop the pruning for good)."""
+        if self.term is not None:
+            self.term.quiet.wait(YIELD_MOST)
 
     def join(self, timeout: float | None = None) -> None:
         """Wait for a pass under way (the scheduler stopping)."""

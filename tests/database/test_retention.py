@@ -534,3 +534,28 @@ def test_the_leaders_pass_writes_in_short_fenced_transactions_not_one(monkeypatc
     # Summaries (a step), 3 chunks of success, 2 of skipped, the old summaries (a step).
     assert len(entered) == 1 + 3 + 2 + 1
     assert not any(entered), "a step ran inside another transaction"
+
+
+def test_the_pruning_waits_while_the_tick_records_a_slots_runs(monkeypatch):
+    import threading
+
+    from django_cluster_cron.scheduler import pruning
+
+    monkeypatch.setattr(pruning, "YIELD_MOST", 120.0)  # not given up on a loaded machine
+    job = make_job()
+    add(job, RunStatus.SUCCESS, days_ago=100, count=3)
+    fence = Fence.claim("node-a", "token-a")
+    term = SimpleNamespace(quiet=threading.Event(), fence=fence)  # the tick is recording
+    pruner = Pruner(term=cast(Any, term), clock=lambda: NOW)
+    done = []
+    thread = threading.Thread(target=lambda: done.append(pruner.run_pass(fence)))
+    thread.start()
+    try:
+        thread.join(0.5)
+        assert thread.is_alive(), "the pass wrote while the tick was recording"
+        assert left(job) == {"success": 3}
+    finally:
+        term.quiet.set()  # the tick is done
+        thread.join(30)
+    assert done[0] is not None
+    assert left(job) == {}
