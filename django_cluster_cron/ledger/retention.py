@@ -165,6 +165,8 @@ def prune(
     step = steps(fence, now, before_write)
     whole: AbstractContextManager[Any] = transaction.atomic() if fence is None else nullcontext()
     with whole:
+        if before_write is not None:  # choosing reads the ledger hard too: not during a burst
+            before_write()
         batch: list[tuple[int, int, str, datetime, datetime]] = []
         for group in found:
             left = limit - len(batch)
