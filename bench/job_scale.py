@@ -73,13 +73,7 @@ def make_jobs(n: int, cron: str) -> None:
             f"SELECT {name}, %s, %s, {holders} FROM {source}",
             [now, now + timedelta(days=1), *values, n],
         )
-        if vendor == "postgresql":
-            cursor.execute(f"VACUUM ANALYZE {table}")
-        elif vendor == "mysql":
-            cursor.execute(f"ANALYZE TABLE {table}")
-            cursor.fetchall()
-        else:
-            cursor.execute("ANALYZE")
+        peers.analyze(cursor, table)
 
 
 def p95(values: list[float]) -> float:

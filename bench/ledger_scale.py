@@ -126,13 +126,7 @@ def fill(first: int, jobs: int, runs: int, days: int, where: str = "") -> None:
     started_at = time.perf_counter()
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        if vendor == "postgresql":
-            cursor.execute(f"VACUUM ANALYZE {table}")
-        elif vendor == "mysql":
-            cursor.execute(f"ANALYZE TABLE {table}")
-            cursor.fetchall()
-        else:
-            cursor.execute("ANALYZE")
+        peers.analyze(cursor, table)
         cursor.execute(f"SELECT COUNT(*) FROM {table}")
         total = cursor.fetchone()[0]
     print(

@@ -3,18 +3,7 @@
 import django.db.models.deletion
 from django.db import migrations, models
 
-
-class AddIndexOnline(migrations.AddIndex):
-    """On PostgreSQL, the index is built CONCURRENTLY: a ledger of millions of runs keeps taking
-    writes meanwhile (InnoDB builds it online anyway; SQLite has no such choice)."""
-
-    def database_forwards(self, app_label, schema_editor, from_state, to_state):
-        if schema_editor.connection.vendor != "postgresql":
-            return super().database_forwards(app_label, schema_editor, from_state, to_state)
-        model = to_state.apps.get_model(app_label, self.model_name)
-        if self.allow_migrate_model(schema_editor.connection.alias, model):
-            schema_editor.execute(self.index.create_sql(model, schema_editor, concurrently=True))
-        return None
+from ._online import AddIndexOnline
 
 
 class Migration(migrations.Migration):

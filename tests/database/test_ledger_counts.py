@@ -9,7 +9,6 @@ import uuid
 from datetime import timedelta
 
 import pytest
-from django.db import connection
 from django.urls import reverse
 from django.utils import timezone
 
@@ -18,6 +17,7 @@ from django_cluster_cron.models import JobDefinition, JobRun, RunStatus, RunTrig
 from django_cluster_cron.ops.status import ledger_counts
 from tests.support.inprocess import Clock
 from tests.support.querycount import count_queries
+from tests.support.statistics import analyze
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -44,20 +44,10 @@ def make_runs(statuses):
     return job
 
 
-def analyze():
-    table = JobRun._meta.db_table
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute(f"ANALYZE {table}")
-        elif connection.vendor == "mysql":
-            cursor.execute(f"ANALYZE TABLE {table}")
-            cursor.fetchall()
-
-
 def test_each_status_is_counted_up_to_the_cap_and_the_total_comes_from_statistics():
     make_runs([RunStatus.SUCCESS] * 30 + [RunStatus.FAILED] * 2 + [RunStatus.QUEUED])
     assert counts.status_counts(cap=10) == {"success": 11, "failed": 2, "queued": 1}
-    analyze()
+    analyze(JobRun._meta.db_table)
     total = counts.estimated_total()
     assert total is not None
     assert 16 <= total <= 66, total  # an estimate (InnoDB's is one): within a factor of two
@@ -69,7 +59,7 @@ def test_the_run_list_shows_the_leaders_count_and_counts_nothing_whole(
 ):
     settings.CLUSTER_CRON = {**settings.CLUSTER_CRON, "PRUNE_INTERVAL": 0.05}
     make_runs([RunStatus.SUCCESS] * 12 + [RunStatus.FAILED] * 3)
-    analyze()
+    analyze(JobRun._meta.db_table)
     scheduler = make_scheduler("node-a", Clock(timezone.now()))
 
     def reported():

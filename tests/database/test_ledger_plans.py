@@ -19,6 +19,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from django_cluster_cron.models import JobDefinition, JobRun, RunStatus, RunTrigger
+from tests.support.statistics import analyze
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -62,14 +63,7 @@ def ledger(jobs: int = 20) -> list[JobDefinition]:
         ),
         batch_size=1000,
     )
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute(f"ANALYZE {TABLE}")
-        elif connection.vendor == "mysql":
-            cursor.execute(f"ANALYZE TABLE {TABLE}")
-            cursor.fetchall()
-        else:
-            cursor.execute("ANALYZE")
+    analyze(TABLE)
     return made
 
 
