@@ -78,24 +78,35 @@ def list_jobs(options: dict[str, Any]) -> Reply:
     if options["search"]:
         term = options["search"]
         jobs = jobs.filter(Q(name__icontains=term) | Q(task__icontains=term))
-    found = list(jobs.values(*LISTED))
     if options["json"]:
-        return Reply(_listed_data(found))
-    rows = [
-        [
-            shown(job["next_run_at"], zone_or_utc(job["timezone"])) if job["enabled"] else "—",
-            left(job["next_run_at"], now) if job["enabled"] else "—",
-            left(job["last_slot"], now) if job["last_slot"] else "—",
-            job["last_status"] or "—",
-            job["name"],
-            describe(job["cron"]),
-            job["timezone"],
-            "enabled"
-            if job["enabled"]
-            else "paused" + (f": {job['pause_note']}" if job["pause_note"] else ""),
-        ]
-        for job in found
-    ]
+        return Reply(_listed_data(list(jobs.values(*LISTED))))
+    zones: dict[str, Any] = {}  # a list of many jobs has few zones
+    rows = []
+    for (
+        _pk,
+        name,
+        cron,
+        zone,
+        enabled,
+        note,
+        next_run,
+        _failures,
+        last_slot,
+        last_status,
+    ) in jobs.values_list(*LISTED):
+        where = zones.get(zone) or zones.setdefault(zone, zone_or_utc(zone))
+        rows.append(
+            [
+                shown(next_run, where) if enabled else "—",
+                left(next_run, now) if enabled else "—",
+                left(last_slot, now) if last_slot else "—",
+                last_status or "—",
+                name,
+                describe(cron),
+                zone,
+                "enabled" if enabled else "paused" + (f": {note}" if note else ""),
+            ]
+        )
     headers = ["NEXT", "LEFT", "LAST", "RESULT", "JOB", "SCHEDULE", "ZONE", "STATE"]
     return Reply({}, table(headers, rows) if rows else "No job matches.")
 
