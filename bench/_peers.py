@@ -299,17 +299,3 @@ def wait_for_queue(n: int, cap: float, step: Callable[[], Any]) -> tuple[float, 
             return time.perf_counter() - started, False
         step()
     return time.perf_counter() - started, True
-
-
-def analyze(cursor: Any, table: str) -> None:
-    """Bring the database's statistics of ``table`` up to date after a bulk fill (PostgreSQL
-    vacuums it too: its visibility map lets index-only scans skip the heap)."""
-    from django.db import connection
-
-    if connection.vendor == "postgresql":
-        cursor.execute(f"VACUUM ANALYZE {table}")
-    elif connection.vendor == "mysql":
-        cursor.execute(f"ANALYZE TABLE {table}")
-        cursor.fetchall()
-    else:
-        cursor.execute("ANALYZE")

@@ -42,6 +42,7 @@ def make_jobs(n: int, cron: str) -> None:
     from django.utils import timezone
 
     from django_cluster_cron.models import JobDefinition
+    from tests.support.statistics import analyze
 
     peers.clear_ours()
     now = timezone.now().replace(microsecond=0)
@@ -73,7 +74,7 @@ def make_jobs(n: int, cron: str) -> None:
             f"SELECT {name}, %s, %s, {holders} FROM {source}",
             [now, now + timedelta(days=1), *values, n],
         )
-        peers.analyze(cursor, table)
+    analyze(table, vacuum=True)
 
 
 def p95(values: list[float]) -> float:

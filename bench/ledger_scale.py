@@ -75,6 +75,7 @@ def fill(first: int, jobs: int, runs: int, days: int, where: str = "") -> None:
     from django.utils import timezone
 
     from django_cluster_cron.models import JobRun
+    from tests.support.statistics import analyze
 
     now = timezone.now().replace(microsecond=0)
     table = JobRun._meta.db_table
@@ -126,7 +127,8 @@ def fill(first: int, jobs: int, runs: int, days: int, where: str = "") -> None:
     started_at = time.perf_counter()
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        peers.analyze(cursor, table)
+    analyze(table, vacuum=True)
+    with connection.cursor() as cursor:
         cursor.execute(f"SELECT COUNT(*) FROM {table}")
         total = cursor.fetchone()[0]
     print(

@@ -6,10 +6,12 @@ from __future__ import annotations
 from django.db import connection
 
 
-def analyze(table: str) -> None:
+def analyze(table: str, *, vacuum: bool = False) -> None:
+    """ANALYZE ``table`` (with ``vacuum``, on PostgreSQL VACUUM ANALYZE: after a bulk fill its
+    visibility map lets index-only scans skip the heap)."""
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
-            cursor.execute(f"ANALYZE {table}")
+            cursor.execute(f"{'VACUUM ' if vacuum else ''}ANALYZE {table}")
         elif connection.vendor == "mysql":
             cursor.execute(f"ANALYZE TABLE {table}")
             cursor.fetchall()
