@@ -420,3 +420,31 @@ def test_a_rerun_clears_how_the_run_had_ended_a_cancel_included():
     assert claimed is not None
     claimed_run = JobRun.objects.select_related("job").get(pk=run.pk)
     assert transitions.succeeded(claimed_run, result="ok", duration=timedelta(seconds=1))
+
+
+def test_import_updates_only_what_differs_and_refuses_a_job_declared_in_code(tmp_path):
+    make_job("kept-as-is", task="tests.add", args=[1, 2])
+    changed = make_job("to-change", task="tests.add", args=[1, 2], jitter=0)
+    path = tmp_path / "jobs.json"
+    spec = json.loads(cron("export")[0])
+    for job in spec["jobs"]:
+        if job["name"] == "to-change":
+            job["jitter"] = 9
+    path.write_text(json.dumps(spec))
+    plan = {j["name"]: j for j in as_json("import", str(path), "--dry-run")["jobs"]}
+    assert plan["kept-as-is"]["action"] == "keep"
+    assert plan["to-change"] == {
+        "name": "to-change",
+        "action": "update",
+        "changes": {"jitter": [0, 9]},
+    }
+    assert JobDefinition.objects.get(pk=changed.pk).jitter == 0
+    as_json("import", str(path), "--yes")
+    assert JobDefinition.objects.get(pk=changed.pk).jitter == 9
+    JobDefinition.objects.filter(pk=changed.pk).update(source="code", code_origin="app/jobs.py:3")
+    for job in spec["jobs"]:
+        if job["name"] == "to-change":
+            job["jitter"] = 1
+    path.write_text(json.dumps(spec))
+    refusal = str(refused("import", str(path), "--yes"))
+    assert "job 'to-change': Defined in code at app/jobs.py:3: change it there" in refusal
