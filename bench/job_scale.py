@@ -173,7 +173,7 @@ def measure(n: int, args: argparse.Namespace) -> dict[str, Any]:
         ("jobs list", jobs),
         ("jobs list, search a name", jobs + f"?q=bench-{n // 2}"),
         ("jobs list, enabled=no", jobs + "?enabled__exact=0"),
-        ("jobs list, one task", jobs + f"?task={peers.TASK}"),
+        ("jobs list, one task", jobs + f"?task__exact={peers.TASK}"),
     ):
         db, whole = [], []
         for _ in range(args.repeat):

@@ -48,7 +48,7 @@ class TaskFilter(admin.SimpleListFilter):
     every job, which reads a million jobs whole."""
 
     title = "task"
-    parameter_name = "task"
+    parameter_name = "task__exact"  # the field filter's, which links and bookmarks carry
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         names = {name for name, _kind in task_suggestions(include_jobs=False)}

@@ -152,7 +152,7 @@ def test_a_job_declared_in_code_confirms_no_guess_at_a_masked_value():
         )
         assert answer.status_code == 400
         assert answer.json() == {"kwargs": ["Defined in code at billing/jobs.py:12: change it "
-                                            "there and sync."]}  # fmt: skip
+                                            "there and run sync_jobs."]}  # fmt: skip
     job.refresh_from_db()
     assert job.kwargs == SECRETS
 
