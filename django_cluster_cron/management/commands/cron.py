@@ -282,8 +282,9 @@ class Command(BaseCommand):
         if verb == "retry" and not bulk:
             return
         if not sys.stdin.isatty():
+            what = "jobs" if verb == "import" else "runs"
             raise CommandError(
-                f"cron {verb} changes runs and no one is at a terminal to confirm: add --yes.",
+                f"cron {verb} changes {what} and no one is at a terminal to confirm: add --yes.",
                 returncode=1,
             )
         # The question on stderr: stdout may be a file being written (--json > out.json).
