@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -44,8 +45,9 @@ def cron(*args: str) -> tuple[str, str]:
     return out.getvalue(), err.getvalue()
 
 
-def as_json(*args: str) -> dict:
-    return json.loads(cron(*args, "--json")[0])
+def as_json(*args: str) -> dict[str, Any]:
+    found: dict[str, Any] = json.loads(cron(*args, "--json")[0])
+    return found
 
 
 def refused(*args: str, code: int = 1) -> CommandError:
@@ -353,6 +355,8 @@ def test_set_takes_a_moment_without_an_offset_in_the_jobs_zone():
     job = make_job("zoned", timezone="Europe/Paris")
     as_json("set", "zoned", "--start-at", "2031-01-05T09:00", "--end-at", "2031-06-01")
     job.refresh_from_db()
+    assert job.start_at is not None
+    assert job.end_at is not None
     assert job.start_at.isoformat() == "2031-01-05T08:00:00+00:00"  # 09:00 CET
     assert job.end_at.isoformat() == "2031-05-31T22:00:00+00:00"  # midnight CEST
     assert "--start-at 'soon' is not a time" in str(refused("set", "zoned", "--start-at", "soon"))

@@ -176,8 +176,8 @@ def test_the_jobs_list_shows_the_rate_of_30_days_after_the_runs_are_pruned(admin
         reverse("admin:django_cluster_cron_jobdefinition_change", args=[job.pk])
     ).content.decode()
     assert "dcc-daily" in detail
-    day = TODAY - timedelta(days=3)
-    assert f"{day:%Y-%m-%d}: 3 success, 1 failed (4 runs)" in detail
+    shown_day = TODAY - timedelta(days=3)
+    assert f"{shown_day:%Y-%m-%d}: 3 success, 1 failed (4 runs)" in detail
 
 
 def test_the_jobs_list_reads_no_more_with_a_year_of_summaries(admin_client):
