@@ -1,5 +1,5 @@
-"""The verbs that act: ``trigger``, ``backfill``, ``pause``, ``resume``, ``retry`` and ``cancel``,
-each through
+"""The verbs that act: ``trigger``, ``backfill``, ``pause``, ``resume``, ``retry`` and ``cancel``
+(an action's refusal, ``ActionRefused``, is the command's exit 1), each through
 the action the admin's button calls (``django_cluster_cron.actions``, the job's own ``pause`` and
 ``resume``), under ``--by`` in the job's audit trail."""
 
@@ -9,14 +9,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from .. import actions, audit
 from ..dbtime import database_now
 from ..models import FINAL_STATUSES, JobRun, RunStatus
-from ..validation.jsontext import EXAMPLES as JSON_EXAMPLES
-from ..validation.jsontext import parse_json
 from .common import (
     Refused,
     Reply,
@@ -24,6 +21,7 @@ from .common import (
     find_job,
     find_run,
     iso,
+    json_option,
     parse_when,
     run_data,
     shown,
@@ -45,20 +43,14 @@ def trigger(options: dict[str, Any], *, echo: Callable[[str], None]) -> Reply:
     job = find_job(options["job"])
     kwargs = None
     if options["kwargs"] is not None:
-        try:
-            kwargs = parse_json(options["kwargs"], JSON_EXAMPLES["kwargs"])
-        except ValidationError as exc:
-            raise Refused(f"--kwargs: {' '.join(exc.messages)}") from None
+        kwargs = json_option(options["kwargs"], "kwargs", where="--kwargs")
     with _acting(options):
-        try:
-            run = actions.run_now(
-                job,
-                by=f"cli:{options['by']}",
-                overlap_policy=options["overlap_policy"],
-                kwargs=kwargs,
-            )
-        except actions.ActionRefused as exc:
-            raise Refused(str(exc)) from None
+        run = actions.run_now(
+            job,
+            by=f"cli:{options['by']}",
+            overlap_policy=options["overlap_policy"],
+            kwargs=kwargs,
+        )
     said = f"Run {run.pk} of {job.name} for {shown(run.scheduled_for)}: {run.status}"
     if run.reason:
         said += f" ({run.reason})"
@@ -96,22 +88,19 @@ def backfill(options: dict[str, Any]) -> Reply:
     start = parse_when(options["from"], now, zone, what="--from")
     end = parse_when(options["to"], now, zone, what="--to")
     reprocess = options["reprocess"]
-    try:
-        if options["dry_run"]:
-            plan = actions.plan_backfill(job, start, end, reprocess)
-            runs: list[JobRun] = []
-        else:
-            with _acting(options):
-                runs = actions.backfill(
-                    job,
-                    start,
-                    end,
-                    by=f"cli:{options['by']}",
-                    overlap_policy=options["overlap_policy"],
-                    reprocess=reprocess,
-                )
-    except actions.ActionRefused as exc:
-        raise Refused(str(exc)) from None
+    if options["dry_run"]:
+        plan = actions.plan_backfill(job, start, end, reprocess)
+        runs: list[JobRun] = []
+    else:
+        with _acting(options):
+            runs = actions.backfill(
+                job,
+                start,
+                end,
+                by=f"cli:{options['by']}",
+                overlap_policy=options["overlap_policy"],
+                reprocess=reprocess,
+            )
     span = f"({shown(start, zone)}, {shown(end, zone)}]"
     if options["dry_run"]:
         lines = [
@@ -215,10 +204,7 @@ def retry(options: dict[str, Any]) -> Reply:
 def cancel(options: dict[str, Any]) -> Reply:
     run = find_run(options["run"])
     with _acting(options):
-        try:
-            run = actions.cancel(
-                run, reason=options["reason"] or "cancelled by an operator", by=options["by"]
-            )
-        except actions.ActionRefused as exc:
-            raise Refused(str(exc)) from None
+        run = actions.cancel(
+            run, reason=options["reason"] or "cancelled by an operator", by=options["by"]
+        )
     return Reply({"run": run_data(run)}, actions.cancel_outlook(run))

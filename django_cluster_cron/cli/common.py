@@ -12,10 +12,13 @@ from datetime import date, datetime, time, timedelta, timezone, tzinfo
 from typing import Any, cast
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from django.core.exceptions import ValidationError
 from django.utils.duration import duration_string
 
 from ..models import DEFINITION_FIELDS, JobDefinition, JobRun
 from ..redaction import ARGUMENT_FIELDS, redact
+from ..validation.jsontext import EXAMPLES as JSON_EXAMPLES
+from ..validation.jsontext import parse_json
 
 UTC = timezone.utc
 
@@ -76,6 +79,14 @@ def find_run(ref: str) -> JobRun:
     if run is None:
         raise Refused(f"There is no run {ref}.")
     return cast(JobRun, run)
+
+
+def json_option(text: str, field: str, *, where: str) -> Any:
+    """An option's JSON for a job's ``field``, refused in the admin form's words."""
+    try:
+        return parse_json(text, JSON_EXAMPLES.get(field, "JSON"))
+    except ValidationError as exc:
+        raise Refused(f"{where}: {' '.join(exc.messages)}") from None
 
 
 def zone_or_utc(name: str) -> tzinfo:

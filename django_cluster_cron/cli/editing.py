@@ -19,8 +19,6 @@ from django.utils import timezone
 from .. import audit
 from ..models import DEFINITION_FIELDS, JobDefinition
 from ..redaction import redact_changes
-from ..validation.jsontext import EXAMPLES as JSON_EXAMPLES
-from ..validation.jsontext import parse_json
 from .common import (
     STATE_FIELDS,
     Refused,
@@ -28,6 +26,7 @@ from .common import (
     Usage,
     find_job,
     job_data,
+    json_option,
     parse_when,
     version_of,
     zone_or_utc,
@@ -64,10 +63,7 @@ def _value(field_name: str, text: str, *, where: str, zone: tzinfo) -> Any:
     if text == "" and getattr(field, "null", False):
         return None
     if isinstance(field, models.JSONField):
-        try:
-            return parse_json(text, JSON_EXAMPLES.get(field_name, "JSON"))
-        except ValidationError as exc:
-            raise Refused(f"{where}: {' '.join(exc.messages)}") from None
+        return json_option(text, field_name, where=where)
     if isinstance(field, models.DateTimeField):
         return parse_when(text, timezone.now(), zone, what=where)
     return text

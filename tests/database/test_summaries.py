@@ -14,8 +14,9 @@ from django.urls import reverse
 
 from django_cluster_cron.ledger import retention, summaries
 from django_cluster_cron.ledger.fence import Fence, FencedOut
-from django_cluster_cron.models import JobDefinition, JobRun, RunStatus, RunSummary, RunTrigger
+from django_cluster_cron.models import JobRun, RunStatus, RunSummary, RunTrigger
 from django_cluster_cron.scheduler.pruning import Pruner
+from tests.database.test_retention import make_job
 from tests.support.querycount import count_queries
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -23,15 +24,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 # Mid-morning UTC: the day before has been over for more than an hour.
 NOW = datetime.now(timezone.utc).replace(hour=10, minute=30, second=0, microsecond=0)
 TODAY = NOW.date()
-
-
-def make_job() -> JobDefinition:
-    job = JobDefinition(
-        name=f"job-{uuid.uuid4().hex[:8]}", cron="* * * * *", task="tests.add", args=[1, 2]
-    )
-    job.full_clean()
-    job.save()
-    return job
 
 
 def runs_on(job, days_ago, statuses, *, hour=6):

@@ -13,7 +13,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ...actions import REPROCESS
+from ...actions import REPROCESS, ActionRefused
 from ...cli import acting, editing, reading
 from ...cli.common import Refused, Reply, Usage, default_actor
 from ...models import OverlapPolicy, RunStatus
@@ -238,7 +238,7 @@ class Command(BaseCommand):
             reply = self._reply(verb, options)
         except Usage as exc:
             raise CommandError(str(exc), returncode=2) from None
-        except Refused as exc:
+        except (Refused, ActionRefused) as exc:  # the admin's refusals are the verbs' too
             raise CommandError(str(exc), returncode=1) from None
         for warning in reply.warnings:
             self.stderr.write(warning)
