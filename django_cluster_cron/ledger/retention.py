@@ -21,20 +21,23 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta, timezone
 from typing import Any, cast
 
 from django.db import models, transaction
 from django.db.models import F, OuterRef, Q, Subquery
+from django.db.models.functions import TruncDate
 
 from ..conf import app_settings
 from ..core.retention import FINAL, Retention
 from ..models import JobDefinition, JobPiece, JobRun, RunSummary
+from ..models.bulk import AnyOf, MomentText, moment_reader
 from ..models.retention import retention_policy
 from .fence import Fence
 from .summaries import sum_up
 
 logger = logging.getLogger("django_cluster_cron.scheduler")
+UTC = timezone.utc
 
 __all__ = ["Group", "Oldest", "Pruned", "groups", "oldest_prunable", "prune"]
 
@@ -167,16 +170,22 @@ def prune(
     with whole:
         if before_write is not None:  # choosing reads the ledger hard too: not during a burst
             before_write()
-        batch: list[tuple[int, int, str, datetime, datetime]] = []
+        batch: list[tuple[int, int, str, date, datetime]] = []
+        read = moment_reader()
         for group in found:
             left = limit - len(batch)
             if left <= 0:
                 break
-            batch.extend(
+            chosen = (
                 group.runs(now)
                 .order_by("scheduled_for")
-                .values_list("pk", "job_id", "status", "scheduled_for", "created_at")[:left]
+                # The slot's day and the moment as text: both read far faster than moments.
+                .annotate(
+                    day=TruncDate("scheduled_for", tzinfo=UTC), created=MomentText("created_at")
+                )
+                .values_list("pk", "job_id", "status", "day", "created")[:left]
             )
+            batch.extend((*row[:4], read(row[4])) for row in chosen)
         pruned.full = len(batch) >= limit
         if batch:
             pruned.summaries = sum_up(batch, now=now, step=step)
@@ -188,7 +197,11 @@ def prune(
                     with step():
                         if archive is not None:
                             archive(
-                                list(JobRun.objects.filter(pk__in=chunk).values(*ARCHIVED_FIELDS))
+                                list(
+                                    JobRun.objects.filter(AnyOf("id", chunk)).values(
+                                        *ARCHIVED_FIELDS
+                                    )
+                                )
                             )
                         pruned.by_status[status] += _delete(chunk, status)
         with step():
@@ -217,9 +230,9 @@ def steps(
 def _delete(ids: Sequence[int], status: str) -> int:
     """Delete these runs, by id and without loading them, with their pieces first; only those
     still of ``status`` (a run an operator retried meanwhile is no longer final)."""
-    pieces = JobPiece.objects.filter(run_id__in=ids, run__status=status)
+    pieces = JobPiece.objects.filter(AnyOf("run_id", ids), run__status=status)
     pieces._raw_delete(pieces.db)
-    runs = JobRun.objects.filter(pk__in=ids, status=status)
+    runs = JobRun.objects.filter(AnyOf("id", ids), status=status)
     return int(runs._raw_delete(runs.db))
 
 
@@ -231,7 +244,7 @@ def _drop_old_summaries(now: datetime, limit: int) -> int:
         .values_list("pk", flat=True)[:limit]
     )
     for chunk in _chunks(ids):
-        RunSummary.objects.filter(pk__in=chunk)._raw_delete(RunSummary.objects.db)
+        RunSummary.objects.filter(AnyOf("id", chunk))._raw_delete(RunSummary.objects.db)
     return len(ids)
 
 

@@ -61,34 +61,36 @@ def day_of(slot: datetime) -> date:
 
 
 def sum_up(
-    batch: Sequence[tuple[int, int, str, datetime, datetime]],
+    batch: Sequence[tuple[int, int, str, date, datetime]],
     *,
     now: datetime,
     step: Callable[[], AbstractContextManager[Any]] = nullcontext,
 ) -> int:
-    """Write the summary of every (job, day) of ``batch`` (rows of id, job, status, slot,
-    created) that has none, from all the day's runs; add to an existing one the rows of the
-    batch recorded after it. Each statement's worth of writes runs in a ``step`` (the leader's:
-    a fenced transaction of its own). Returns how many summaries were written."""
+    """Write the summary of every (job, day) of ``batch`` (rows of id, job, status, the slot's
+    UTC day, created) that has none, from all the day's runs; add to an existing one the rows of
+    the batch recorded after it. Each statement's worth of writes runs in a ``step`` (the
+    leader's: a fenced transaction of its own). Returns how many summaries were written."""
     days: dict[date, set[int]] = defaultdict(set)
     oldest_kept = now.date() - timedelta(days=app_settings.SUMMARY_RETENTION_DAYS)
-    for _, job_id, _, slot, _ in batch:
-        if day_of(slot) >= oldest_kept:  # an older day's summary would go in the same pass
-            days[day_of(slot)].add(job_id)
-    existing = {
-        (summary.job_id, summary.day): summary
+    for _, job_id, _, day, _ in batch:
+        if day >= oldest_kept:  # an older day's summary would go in the same pass
+            days[day].add(job_id)
+    summed_at = {
+        (job_id, day): at
         for day, jobs in days.items()
-        for summary in RunSummary.objects.filter(day=day, job_id__in=jobs)
+        for job_id, at in RunSummary.objects.filter(day=day, job_id__in=jobs).values_list(
+            "job_id", "summed_at"
+        )
     }
     written = 0
     for day, jobs in days.items():
-        missing = sorted(job for job in jobs if (job, day) not in existing)
+        missing = sorted(job for job in jobs if (job, day) not in summed_at)
         written += _write(missing, day, now=now, step=step)
     late: dict[tuple[int, date], Counter[str]] = defaultdict(Counter)
-    for _, job_id, status, slot, created in batch:
-        summary = existing.get((job_id, day_of(slot)))
-        if summary is not None and created > summary.summed_at:
-            late[(job_id, summary.day)][status] += 1
+    for _, job_id, status, day, created in batch:
+        at = summed_at.get((job_id, day))
+        if at is not None and created > at:
+            late[(job_id, day)][status] += 1
     if late:
         with step():
             for (job_id, day), counts in late.items():

@@ -1,0 +1,86 @@
+"""Statements over many rows, beside Django's own: a long list of ids as one parameter
+(:class:`AnyOf`), moments read as text (:class:`MomentText`, :func:`moment_reader`), and no
+compiling on PostgreSQL (:func:`uncompiled`).
+
+Both answer costs measured on PostgreSQL with psycopg 3, where Django binds each value of an
+``IN`` list as a placeholder that psycopg splits out again on every call, and reads each
+``timestamptz`` through a loader written in Python (about 5 µs a value: a second for the
+200,000 moments of a 100,000-job list, against a fifth of a second as text)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from typing import Any
+
+from django.db import connection, transaction
+from django.db.models import CharField, F, Func
+from django.db.models.lookups import In
+
+
+class AnyOf(In):
+    """``AnyOf("pk", ids)`` in ``filter()``: the rows whose column is one of ``ids``, a list of
+    whole numbers (or strings) without ``None``. PostgreSQL gets one array parameter
+    (``= ANY(%s)``); the other databases ``IN`` as Django writes it. The values are handed over
+    as they are."""
+
+    def __init__(self, field: str, values: Sequence[Any]) -> None:
+        super().__init__(F(field), list(values))
+
+    def get_prep_lookup(self) -> Any:
+        return self.rhs
+
+    def as_postgresql(self, compiler: Any, connection: Any) -> Any:
+        if not self.rhs:
+            return super().as_sql(compiler, connection)  # nothing matches, as IN says
+        lhs, lhs_params = self.process_lhs(compiler, connection)
+        return f"{lhs} = ANY(%s)", [*lhs_params, self.rhs]
+
+
+class MomentText(Func):
+    """A moment column as text, read back with :func:`moment_reader`: ISO 8601 without an offset, in
+    UTC on PostgreSQL (whatever the session's zone and date style), as stored elsewhere."""
+
+    output_field = CharField()
+    template = "CAST(%(expressions)s AS CHAR)"
+
+    def __init__(self, field: str) -> None:
+        super().__init__(F(field))
+
+    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        # A bare column would come back parsed: Django asks sqlite3 to parse declared types.
+        return self.as_sql(compiler, connection, template="CAST(%(expressions)s AS TEXT)")
+
+    def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        return self.as_sql(
+            compiler,
+            connection,
+            template="to_char(%(expressions)s AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US')",
+        )
+
+
+def moment_reader() -> Callable[[str | None], datetime | None]:
+    """What turns :class:`MomentText`'s text back into an aware moment (None for NULL), for
+    the default database's zone."""
+    zone = timezone.utc if connection.vendor == "postgresql" else connection.timezone
+
+    def read(text: str | None) -> datetime | None:
+        return None if text is None else datetime.fromisoformat(text).replace(tzinfo=zone)
+
+    return read
+
+
+@contextmanager
+def uncompiled() -> Iterator[None]:
+    """PostgreSQL's JIT off for the statements inside (``SET LOCAL jit = off`` in a transaction
+    of their own; nothing elsewhere). PostgreSQL compiles a statement whose estimated cost
+    passes ``jit_above_cost``: one that reads every job with a subquery each is costed that
+    high, and compiling it took 2.2 s of CPU for a statement that runs in 0.2 s."""
+    if connection.vendor != "postgresql":
+        yield
+        return
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL jit = off")
+        yield
