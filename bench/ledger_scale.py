@@ -12,9 +12,11 @@ six succeed, the rest fail, are missed or skipped). Then, in one run:
 * each ledger page of the admin and the API's run list, --repeat times: queries, database time
   and the whole page (median and p95), first with a sample of about --small of the runs (spread
   over every day and job), then with them all, and the two compared;
-* pruning: passes of --batch runs by the project's default policy (30 days, failures 90, the
-  newest 10 of each job and status kept), rows per second per pass and overall, until --passes
-  passes or nothing is left to prune;
+* pruning: the leader's passes of --batch runs by the project's default policy (30 days,
+  failures 90, the newest 10 of each job and status kept), rows per second per pass and
+  overall, until --passes passes or nothing is left to prune: first on days never summed up
+  (an upgrade: the passes sum them up), then, after timing the leader's daily roll-up of the
+  days they reach next, on days summed up already (a running cluster);
 * the pages again, after pruning;
 * the leader's idle tick (median of --ticks ticks, none due) with the ledger empty and full;
 * a burst of --burst jobs due at once, timed until every message is in the broker, alone and
@@ -345,26 +347,59 @@ def p95(values: list[float]) -> float:
     return ordered[max(0, round(0.95 * len(ordered)) - 1)]
 
 
-def prune(batch: int, passes: int) -> None:
+def prune(batch: int, passes: int, per_day: int) -> None:
+    """The leader's pruning passes (under its fence, in short transactions, as its pruning
+    thread runs them) in two cases: a ledger that was never summed up (an upgrade: each pass
+    sums up the days it reaches first), then one whose days the leader summed up an hour after
+    each ended (a running cluster), with the cost of that daily roll-up (``per_day`` runs a day)
+    timed between them."""
+    import math
+    import uuid
+    from datetime import timedelta
+
     from django.utils import timezone
 
-    from django_cluster_cron.ledger import retention
+    from django_cluster_cron.ledger import retention, summaries
+    from django_cluster_cron.ledger.fence import Fence
+    from django_cluster_cron.models import RunSummary
 
-    print(f"\npruning: passes of {batch:,} runs by the default policy")
-    total, spent = 0, 0.0
-    for number in range(1, passes + 1):
-        begin = time.perf_counter()
-        pruned = retention.prune(now=timezone.now(), limit=batch)
-        seconds = time.perf_counter() - begin
-        total, spent = total + pruned.runs, spent + seconds
-        print(
-            f"  pass {number:>3}: {pruned.runs:>7,} runs, {pruned.summaries:>5,} summaries "
-            f"in {seconds:6.2f} s = {pruned.runs / seconds:>9,.0f} runs/s"
-        )
-        if not pruned.full:
-            break
-    if spent:
-        print(f"  overall: {total:,} runs in {spent:.1f} s = {total / spent:,.0f} runs/s")
+    fence = Fence.claim("ledger-bench", uuid.uuid4().hex)
+
+    def passes_of(label: str) -> None:
+        print(f"\npruning, {label}: the leader's passes of {batch:,} runs by the default policy")
+        total, spent = 0, 0.0
+        for number in range(1, passes + 1):
+            begin = time.perf_counter()
+            pruned = retention.prune(now=timezone.now(), limit=batch, fence=fence)
+            seconds = time.perf_counter() - begin
+            total, spent = total + pruned.runs, spent + seconds
+            print(
+                f"  pass {number:>3}: {pruned.runs:>7,} runs, {pruned.summaries:>5,} summaries "
+                f"in {seconds:6.2f} s = {pruned.runs / seconds:>9,.0f} runs/s"
+            )
+            if not pruned.full:
+                break
+        if spent:
+            print(f"  overall: {total:,} runs in {spent:.1f} s = {total / spent:,.0f} runs/s")
+
+    passes_of("a ledger never summed up (an upgrade)")
+    # The days the next passes reach, summed up as the leader does once each day is over.
+    oldest = retention.oldest_prunable(timezone.now())
+    if oldest is None:
+        print("\nnothing left to prune: no running cluster's passes to time")
+        return
+    first = summaries.day_of(oldest.slot)
+    days = [first + timedelta(days=n) for n in range(math.ceil(batch * passes / per_day) + 1)]
+    begin = time.perf_counter()
+    for day in days:
+        summaries.sum_up_day(day, now=timezone.now(), step=retention.steps(fence, timezone.now()))
+    seconds = time.perf_counter() - begin
+    written = RunSummary.objects.filter(day__in=days).count()
+    print(
+        f"\nthe leader's daily roll-up: {len(days)} days of {per_day:,} runs, "
+        f"{written:,} summaries in {seconds:.1f} s = {seconds / len(days):.2f} s a day"
+    )
+    passes_of("a running cluster's ledger (its days summed up already)")
 
 
 def main() -> None:
@@ -415,7 +450,7 @@ def main() -> None:
     compare(small, large)
     if args.burst:
         compare_bursts(args.burst, args.burst_reps)
-    prune(args.batch, args.passes)
+    prune(args.batch, args.passes, args.runs // args.days)
     pages(args.repeat, "pages after pruning", deep)
 
 
