@@ -177,7 +177,7 @@ def left(moment: datetime | None, now: datetime) -> str:
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     """Columns padded to their widest cell, the last one left ragged."""
-    widths = [max(map(len, column)) for column in zip(headers, *rows)]
+    widths = [max(map(len, column)) for column in zip(headers, *rows, strict=True)]
     # One format for every line: "{:<w0}  {:<w1}  …  {}".
     form = "  ".join([*(f"{{:<{w}}}" for w in widths[:-1]), "{}"])
     return "\n".join(form.format(*cells).rstrip() for cells in [headers, *rows])

@@ -168,7 +168,9 @@ def _yaml() -> Any:
     try:
         import yaml
     except ImportError:
-        raise Refused("YAML needs PyYAML: pip install pyyaml (or use --format json).") from None
+        raise Refused(
+            "YAML needs PyYAML: pip install 'django-cluster-cron[yaml]' (or use --format json)."
+        ) from None
     return yaml
 
 

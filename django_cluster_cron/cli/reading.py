@@ -99,7 +99,7 @@ def list_jobs(options: dict[str, Any]) -> Reply:
     with uncompiled():
         found = list(jobs.values_list(*LISTED))
     if options["json"]:
-        return Reply(_listed_data([dict(zip(LISTED, row)) for row in found], read))
+        return Reply(_listed_data([dict(zip(LISTED, row, strict=True)) for row in found], read))
     # Many jobs share a zone, a next run (the top of the hour) and a schedule: each is worked
     # out once.
     zones: dict[str, tzinfo] = {}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import sys
 from datetime import timedelta
 from typing import Any
 
@@ -68,7 +69,8 @@ def test_list_shows_each_job_soonest_first_in_one_query():
         text, _ = cron("list")
     # One statement reads every job (on PostgreSQL a SET LOCAL beside it turns off compiling).
     statements = [sql for sql, _ in log.queries if not sql.startswith("SET ")]
-    assert len(statements) == 1 and statements[0].startswith("SELECT")
+    assert len(statements) == 1
+    assert statements[0].startswith("SELECT")
     assert ("jit = off" in str(log.queries)) == (connection.vendor == "postgresql")
     lines = text.splitlines()
     assert lines[0].split() == [
@@ -331,6 +333,26 @@ def test_export_then_import_reproduces_the_jobs_exactly(tmp_path):
     assert "job 'exported', cron: minute field: '61'" in refusal
     assert "job 'paused-export': 'colour' is not a field of a job" in refusal
     assert JobDefinition.objects.get(name="exported").cron == "30 2 * * 1-5"
+
+
+def test_export_as_yaml_imports_back_and_without_pyyaml_names_the_extra(tmp_path, monkeypatch):
+    import yaml
+
+    make_job("yaml-job", task="tests.echo", args=[1, "b"], cron="*/10 * * * *", timezone="Japan")
+    text = cron("export", "--format", "yaml")[0]
+    assert yaml.safe_load(text) == json.loads(cron("export")[0])
+    path = tmp_path / "jobs.yaml"
+    path.write_text(text)
+    JobDefinition.objects.filter(name="yaml-job").update(cron="0 * * * *")
+    data = as_json("import", str(path), "--yes")
+    assert data["jobs"] == [
+        {"name": "yaml-job", "action": "update", "changes": {"cron": ["0 * * * *", "*/10 * * * *"]}}
+    ]
+    assert JobDefinition.objects.get(name="yaml-job").cron == "*/10 * * * *"
+    monkeypatch.setitem(sys.modules, "yaml", None)  # as if PyYAML were not installed
+    refusal = str(refused("export", "--format", "yaml"))
+    assert "pip install 'django-cluster-cron[yaml]'" in refusal
+    assert "--format json" in refusal
 
 
 def test_trigger_kwargs_go_to_this_run_alone_over_the_jobs(settings):
