@@ -347,21 +347,22 @@ def p95(values: list[float]) -> float:
     return ordered[max(0, round(0.95 * len(ordered)) - 1)]
 
 
-def prune(batch: int, passes: int, per_day: int) -> None:
+def prune(batch: int, passes: int, per_day: int | None = None) -> None:
     """The leader's pruning passes (under its fence, in short transactions, as its pruning
     thread runs them) in two cases: a ledger that was never summed up (an upgrade: each pass
     sums up the days it reaches first), then one whose days the leader summed up an hour after
-    each ended (a running cluster), with the cost of that daily roll-up (``per_day`` runs a day)
-    timed between them."""
+    each ended (a running cluster), with the cost of that daily roll-up timed between them
+    (``per_day``: the runs of a day, counted on the ledger if not given)."""
     import math
     import uuid
-    from datetime import timedelta
+    from datetime import datetime, timedelta
+    from datetime import timezone as dt_timezone
 
     from django.utils import timezone
 
     from django_cluster_cron.ledger import retention, summaries
     from django_cluster_cron.ledger.fence import Fence
-    from django_cluster_cron.models import RunSummary
+    from django_cluster_cron.models import JobRun, RunSummary
 
     fence = Fence.claim("ledger-bench", uuid.uuid4().hex)
 
@@ -389,6 +390,11 @@ def prune(batch: int, passes: int, per_day: int) -> None:
         print("\nnothing left to prune: no running cluster's passes to time")
         return
     first = summaries.day_of(oldest.slot)
+    if per_day is None:  # the day after the oldest prunable run's, whole
+        start = datetime.combine(first + timedelta(days=1), datetime.min.time(), dt_timezone.utc)
+        per_day = JobRun.objects.filter(
+            scheduled_for__gte=start, scheduled_for__lt=start + timedelta(days=1)
+        ).count()
     days = [first + timedelta(days=n) for n in range(math.ceil(batch * passes / per_day) + 1)]
     begin = time.perf_counter()
     for day in days:
@@ -417,7 +423,13 @@ def main() -> None:
     parser.add_argument(
         "--reuse",
         action="store_true",
-        help="time the pages on the ledger a previous run left (migrated first), nothing else",
+        help="time the idle tick, the pages and the bursts on the ledger a previous run left "
+        "(migrated first), nothing else",
+    )
+    parser.add_argument(
+        "--reuse-prune",
+        action="store_true",
+        help="with --reuse, then time --passes pruning passes of each kind (deletes runs)",
     )
     args = parser.parse_args()
     if args.reuse:
@@ -425,9 +437,13 @@ def main() -> None:
         boot(empty=False)
         print(f"migrated in {time.perf_counter() - began:.1f} s")
         peers.quiet()
+        if args.ticks:
+            print(f"\nidle tick (median of {args.ticks}): {idle_tick(args.ticks):.3f} ms")
         pages(args.repeat, "pages on the ledger as it is", 100)
         if args.burst:
             compare_bursts(args.burst, args.burst_reps)
+        if args.reuse_prune:
+            prune(args.batch, args.passes)
         return
     boot()
     peers.quiet()
