@@ -49,6 +49,8 @@ OPTION_FIELDS = {
     "end_at": "end_at",
 }
 FORMATS = ("json", "yaml")
+# What import says it did with each job.
+DONE = {"create": "created", "update": "updated"}
 # The definition's moments: typed without an offset, they are in the job's zone.
 MOMENTS = tuple(
     f.name for f in JobDefinition._meta.concrete_fields if isinstance(f, models.DateTimeField)
@@ -260,15 +262,21 @@ def import_jobs(options: dict[str, Any]) -> Reply:
                 if action != "keep":
                     job.save()
     counts = Counter(action for action, _, _ in planned)
+    dry = options["dry_run"]
     lines = [
-        f"{'Would ' if options['dry_run'] else ''}{action} {job.name}"
+        (f"Would {action} {job.name}" if dry else f"{DONE[action].capitalize()} {job.name}")
         + ("" if not diff else ":\n" + "\n".join(_diff_lines(diff)))
         for action, job, diff in planned
         if action != "keep"
     ]
     lines.append(
-        f"{counts['create']} to create, {counts['update']} to update, {counts['keep']} unchanged"
-        + (" (dry run: nothing saved)." if options["dry_run"] else ".")
+        (
+            f"{counts['create']} to create, {counts['update']} to update"
+            if dry
+            else f"{counts['create']} created, {counts['update']} updated"
+        )
+        + f", {counts['keep']} unchanged"
+        + (" (dry run: nothing saved)." if dry else ".")
     )
     data = {
         "dry_run": bool(options["dry_run"]),

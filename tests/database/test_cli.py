@@ -344,11 +344,15 @@ def test_export_as_yaml_imports_back_and_without_pyyaml_names_the_extra(tmp_path
     path = tmp_path / "jobs.yaml"
     path.write_text(text)
     JobDefinition.objects.filter(name="yaml-job").update(cron="0 * * * *")
+    planned = cron("import", str(path), "--dry-run")[0]
+    assert planned.startswith("Would update yaml-job:")
+    assert "0 to create, 1 to update, 0 unchanged (dry run: nothing saved)." in planned
     data = as_json("import", str(path), "--yes")
     assert data["jobs"] == [
         {"name": "yaml-job", "action": "update", "changes": {"cron": ["0 * * * *", "*/10 * * * *"]}}
     ]
     assert JobDefinition.objects.get(name="yaml-job").cron == "*/10 * * * *"
+    assert cron("import", str(path), "--yes")[0] == "0 created, 0 updated, 1 unchanged.\n"
     monkeypatch.setitem(sys.modules, "yaml", None)  # as if PyYAML were not installed
     refusal = str(refused("export", "--format", "yaml"))
     assert "pip install 'django-cluster-cron[yaml]'" in refusal
