@@ -79,10 +79,6 @@ HELP = {
 DESTRUCTIVE = {"cancel", "retry", "backfill", "import"}
 
 
-class RunNotSucceeded(CommandError):
-    """``trigger --wait``: the run ended otherwise than in success, or the wait timed out."""
-
-
 class Command(BaseCommand):
     help = "The operator's terminal: list, describe, preview, run, pause and retry jobs."
     # An operator's quick look does not wait on the project's system checks (migrate does).
@@ -246,8 +242,8 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps(reply.data, indent=2, ensure_ascii=False))
         else:
             self.stdout.write(reply.text)
-        if reply.code:
-            raise RunNotSucceeded(reply.text.splitlines()[-1], returncode=reply.code)
+        if reply.code:  # ``trigger --wait``: the run did not succeed; why, on stderr too
+            raise CommandError(reply.text.splitlines()[-1], returncode=reply.code)
 
     def _reply(self, verb: str, options: dict[str, Any]) -> Reply:
         if verb == "list":
