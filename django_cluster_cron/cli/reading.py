@@ -68,14 +68,13 @@ def _listed(now: datetime) -> QuerySet[JobDefinition]:
         JobDefinition.objects.annotate(
             next_run=MomentText("next_run_at"),
             last=Subquery(latest.annotate(last=slot_and_status).values("last")[:1]),
-        ).order_by(F("next_run_at").asc(nulls_last=True), "name"),
+            # Ties by id: by name, PostgreSQL's collation-aware sort took three times as long.
+        ).order_by(F("next_run_at").asc(nulls_last=True), "pk"),
     )
 
 
-def _last(text: str | None) -> tuple[str | None, str | None]:
+def _last(text: str) -> tuple[str, str]:
     """The last run's slot (as text) and status from ``last``."""
-    if text is None:
-        return None, None
     slot, status = text.rsplit(" ", 1)
     return slot, status
 
@@ -103,26 +102,26 @@ def list_jobs(options: dict[str, Any]) -> Reply:
     # Many jobs share a zone, a next run (the top of the hour) and a schedule: each is worked
     # out once.
     zones: dict[str, tzinfo] = {}
-    times: dict[tuple[str | None, str], tuple[str, str]] = {}
-    lasts: dict[str | None, str] = {None: "—"}
-
-    def next_of(text: str | None, zone: str) -> tuple[str, str]:
-        moment = read(text)
-        where = zones.get(zone) or zones.setdefault(zone, zone_or_utc(zone))
-        return shown(moment, where), left(moment, now)
-
+    nexts: dict[tuple[str | None, str], tuple[str, str]] = {}
+    lasts: dict[str, str] = {}
     rows = []
     for _pk, name, cron, zone, enabled, note, next_run, _failures, last_run in found:
         if enabled:
-            key = (next_run, zone)
-            when, until = times.get(key) or times.setdefault(key, next_of(next_run, zone))
+            shown_next = nexts.get((next_run, zone))
+            if shown_next is None:
+                moment = read(next_run)
+                where = zones.get(zone) or zones.setdefault(zone, zone_or_utc(zone))
+                shown_next = nexts[(next_run, zone)] = (shown(moment, where), left(moment, now))
             state = "enabled"
         else:
-            when = until = "—"
-            state = "paused" + (f": {note}" if note else "")
-        last_slot, status = _last(last_run)
-        last = lasts.get(last_slot) or lasts.setdefault(last_slot, left(read(last_slot), now))
-        rows.append([when, until, last, status or "—", name, describe(cron), zone, state])
+            shown_next = ("—", "—")
+            state = f"paused: {note}" if note else "paused"
+        if last_run is None:
+            last = status = "—"
+        else:
+            slot, status = _last(last_run)
+            last = lasts.get(slot) or lasts.setdefault(slot, left(read(slot), now))
+        rows.append((*shown_next, last, status, name, describe(cron), zone, state))
     headers = ["NEXT", "LEFT", "LAST", "RESULT", "JOB", "SCHEDULE", "ZONE", "STATE"]
     return Reply({}, table(headers, rows) if rows else "No job matches.")
 
@@ -132,7 +131,7 @@ def _listed_data(
 ) -> dict[str, Any]:
     jobs = []
     for job in found:
-        last_slot, status = _last(job["last"])
+        last_slot, status = _last(job["last"]) if job["last"] else (None, None)
         jobs.append(
             {
                 "id": job["pk"],
