@@ -25,13 +25,13 @@ from datetime import date, datetime, timedelta, timezone
 from typing import Any, cast
 
 from django.db import models, transaction
-from django.db.models import F, OuterRef, Q, Subquery
+from django.db.models import DateTimeField, F, OuterRef, Q, Subquery, Value
 from django.db.models.functions import TruncDate
 
 from ..conf import app_settings
 from ..core.retention import FINAL, Retention
 from ..models import JobDefinition, JobPiece, JobRun, RunSummary
-from ..models.bulk import AnyOf, MomentText, moment_reader
+from ..models.bulk import AnyOf, MomentText, RowBefore, moment_reader, uncompiled
 from ..models.retention import retention_policy
 from .fence import Fence
 from .summaries import sum_up
@@ -62,8 +62,16 @@ class Group:
         """This group's runs that may go at ``now`` (none for a status kept for ever)."""
         if self.days is None:
             return cast("models.QuerySet[JobRun]", JobRun.objects.none())
+        # The slot's bound as a range of the (status, slot) index: given a bare slot < cutoff,
+        # planners read the slot index and step over every run kept longer (a failure's 90 days).
         runs = JobRun.objects.filter(
-            status=self.status, scheduled_for__lt=now - timedelta(days=self.days)
+            RowBefore(
+                F("status"),
+                F("scheduled_for"),
+                Value(self.status),
+                Value(now - timedelta(days=self.days), output_field=DateTimeField()),
+            ),
+            status=self.status,
         )
         if self.jobs is not None:
             runs = runs.filter(job_id__in=self.jobs)
@@ -185,6 +193,8 @@ def prune(
                 )
                 .values_list("pk", "job_id", "status", "day", "created")[:left]
             )
+            with uncompiled():  # costed past PostgreSQL's JIT threshold, not worth compiling
+                chosen = list(chosen)
             batch.extend((*row[:4], read(row[4])) for row in chosen)
         pruned.full = len(batch) >= limit
         if batch:

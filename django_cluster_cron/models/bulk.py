@@ -1,6 +1,7 @@
 """Statements over many rows, beside Django's own: a long list of ids as one parameter
-(:class:`AnyOf`), moments read as text (:class:`MomentText`, :func:`moment_reader`), and no
-compiling on PostgreSQL (:func:`uncompiled`).
+(:class:`AnyOf`), a row comparison (:class:`RowBefore`), moments read as text
+(:class:`MomentText`, :func:`moment_reader`), and no compiling on PostgreSQL
+(:func:`uncompiled`).
 
 Both answer costs measured on PostgreSQL with psycopg 3, where Django binds each value of an
 ``IN`` list as a placeholder that psycopg splits out again on every call, and reads each
@@ -15,7 +16,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import CharField, F, Func
+from django.db.models import BooleanField, CharField, F, Func
 from django.db.models.lookups import In
 
 
@@ -36,6 +37,31 @@ class AnyOf(In):
             return super().as_sql(compiler, connection)  # nothing matches, as IN says
         lhs, lhs_params = self.process_lhs(compiler, connection)
         return f"{lhs} = ANY(%s)", [*lhs_params, self.rhs]
+
+
+class RowBefore(Func):
+    """``(a, b) < (c, d)`` in ``filter()``: a row comparison, which an index on (a, b) serves as
+    one range (with ``a = c`` beside it: the rows of ``c`` before ``d``)."""
+
+    output_field = BooleanField()
+    conditional = True
+
+    def as_sql(
+        self,
+        compiler: Any,
+        connection: Any,
+        function: str | None = None,
+        template: str | None = None,
+        arg_joiner: str | None = None,
+        **extra_context: Any,
+    ) -> Any:
+        parts, params = [], []
+        for expression in self.get_source_expressions():
+            sql, found = compiler.compile(expression)
+            parts.append(sql)
+            params.extend(found)
+        first, second, third, fourth = parts
+        return f"({first}, {second}) < ({third}, {fourth})", params
 
 
 class MomentText(Func):

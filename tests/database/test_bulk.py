@@ -7,9 +7,16 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 from django.db import connection
+from django.db.models import DateTimeField, F, Value
 
 from django_cluster_cron.models import JobDefinition, JobRun, RunStatus
-from django_cluster_cron.models.bulk import AnyOf, MomentText, moment_reader, uncompiled
+from django_cluster_cron.models.bulk import (
+    AnyOf,
+    MomentText,
+    RowBefore,
+    moment_reader,
+    uncompiled,
+)
 from tests.support.jobs import make_job, make_run
 from tests.support.querycount import count_queries
 
@@ -39,6 +46,20 @@ def test_any_of_is_one_parameter_on_postgresql_and_in_elsewhere():
         assert " IN (" not in sql
     else:
         assert " IN (" in sql
+
+
+def test_row_before_is_the_rows_of_a_status_before_a_moment():
+    job = make_job()
+    runs = [make_run(job, status=status) for status in ("success", "failed", "success")]
+    slots = sorted(run.scheduled_for for run in runs)
+    bound = slots[1] + timedelta(microseconds=1)  # after the two oldest
+    found = JobRun.objects.filter(
+        RowBefore(F("status"), F("scheduled_for"), Value("success"), Value(bound, DateTimeField())),
+        status="success",
+    )
+    expected = [r.pk for r in runs if r.status == "success" and r.scheduled_for < bound]
+    assert sorted(found.values_list("pk", flat=True)) == sorted(expected)
+    assert len(expected) == 1
 
 
 @pytest.mark.parametrize(
