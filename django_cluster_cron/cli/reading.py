@@ -56,10 +56,16 @@ LISTED = (
 )
 
 
+def _latest(now: datetime) -> QuerySet[JobRun]:
+    """The runs of the outer query's job recorded by ``now``, newest slot first."""
+    latest = not_ahead(JobRun.objects.filter(job=OuterRef("pk")), now)
+    return cast("QuerySet[JobRun]", latest.order_by("-scheduled_for"))
+
+
 def _listed(now: datetime) -> QuerySet[JobDefinition]:
     """Every live job with its last run's slot and status (``last``: the two as text, one look
     at the (job, slot) index per job), in one statement, soonest next run first."""
-    latest = not_ahead(JobRun.objects.filter(job=OuterRef("pk")), now).order_by("-scheduled_for")
+    latest = _latest(now)
     slot_and_status = Concat(
         MomentText("scheduled_for"), Value(" "), "status", output_field=CharField()
     )
@@ -85,10 +91,10 @@ def list_jobs(options: dict[str, Any]) -> Reply:
     if options["paused"]:
         jobs = jobs.filter(enabled=False)
     if options["failing"]:
-        latest = not_ahead(JobRun.objects.filter(job=OuterRef("pk")), now)
-        jobs = jobs.annotate(
-            last_status=Subquery(latest.order_by("-scheduled_for").values("status")[:1])
-        ).filter(Q(consecutive_failures__gt=0) | Q(last_status__in=FAILING))
+        # The status on its own: MySQL refuses a LIKE on ``last`` (its parts' collations differ).
+        jobs = jobs.annotate(last_status=Subquery(_latest(now).values("status")[:1])).filter(
+            Q(consecutive_failures__gt=0) | Q(last_status__in=FAILING)
+        )
     if options["late"]:
         jobs = jobs.filter(enabled=True, next_run_at__lt=now - LATE_AFTER)
     if options["search"]:

@@ -184,7 +184,7 @@ def prune(
             left = limit - len(batch)
             if left <= 0:
                 break
-            chosen = (
+            query = (
                 group.runs(now)
                 .order_by("scheduled_for")
                 # The slot's day and the moment as text: both read far faster than moments.
@@ -194,7 +194,7 @@ def prune(
                 .values_list("pk", "job_id", "status", "day", "created")[:left]
             )
             with uncompiled():  # costed past PostgreSQL's JIT threshold, not worth compiling
-                chosen = list(chosen)
+                chosen = list(query)
             batch.extend((*row[:4], read(row[4])) for row in chosen)
         pruned.full = len(batch) >= limit
         if batch:
