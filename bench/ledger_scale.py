@@ -71,6 +71,9 @@ def stride_for(jobs: int, runs: int, small: int) -> int:
     return stride
 
 
+FILL_CHUNK = 2_000_000  # runs a fill statement inserts at most
+
+
 def fill(first: int, jobs: int, runs: int, days: int, where: str = "") -> None:
     """Insert the runs g = 1..runs (those ``where`` picks: a condition on g) and analyze."""
     from django.db import connection
@@ -97,19 +100,19 @@ def fill(first: int, jobs: int, runs: int, days: int, where: str = "") -> None:
     vendor = connection.vendor
     if vendor == "postgresql":
         columns = columns.replace("`trigger`", "trigger")
-        source = "generate_series(1, %s) AS g"
+        source = "generate_series(%s, %s) AS g"
         slot = "%s - make_interval(secs => g * %s)"
         duration = "make_interval(secs => g %% 7)"
         started = f"{slot} + interval '1 second'"
     elif vendor == "mysql":
-        source = "(SELECT seq AS g FROM seq_1_to_%s) AS s"
+        source = "(SELECT seq AS g FROM seq_{lo}_to_{hi}) AS s"
         slot = "TIMESTAMPADD(MICROSECOND, -ROUND(g * %s * 1000000), %s)"
         duration = "(g %% 7) * 1000000"
         started = f"TIMESTAMPADD(SECOND, 1, {slot})"
     else:
         columns = columns.replace("`trigger`", '"trigger"')
         source = (
-            "(WITH RECURSIVE n(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM n WHERE g < %s) "
+            "(WITH RECURSIVE n(g) AS (SELECT %s UNION ALL SELECT g + 1 FROM n WHERE g < %s) "
             "SELECT g FROM n)"
         )
         slot = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', %s, '-' || (g * %s) || ' seconds')"
@@ -125,10 +128,15 @@ def fill(first: int, jobs: int, runs: int, days: int, where: str = "") -> None:
     """
     if vendor == "sqlite":
         sql = sql.replace("CONCAT('bench-', g)", "'bench-' || g")
-    params = [*slot_params, *slot_params, *slot_params, *slot_params, now, now, runs]
+    params = [*slot_params, *slot_params, *slot_params, *slot_params, now, now]
     started_at = time.perf_counter()
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+    # In statements of at most FILL_CHUNK runs: one statement of 50 M rows is one transaction whose
+    # undo InnoDB must keep (and roll back, if stopped).
+    for lo in range(1, runs + 1, FILL_CHUNK):
+        hi = min(runs, lo + FILL_CHUNK - 1)
+        bounds = [] if vendor == "mysql" else [lo, hi]
+        with connection.cursor() as cursor:
+            cursor.execute(sql.replace("{lo}", str(lo)).replace("{hi}", str(hi)), params + bounds)
     analyze(table, vacuum=True)
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT COUNT(*) FROM {table}")
