@@ -60,6 +60,18 @@ class Group:
 
     def runs(self, now: datetime) -> models.QuerySet[JobRun]:
         """This group's runs that may go at ``now`` (none for a status kept for ever)."""
+        runs = self.past(now)
+        if self.keep:
+            # The job's keep-th newest run of this status: older ones may go (a job with fewer
+            # keeps them all: the comparison with NULL holds for none).
+            runs = runs.annotate(kept_from=Subquery(self._kept_from(OuterRef("job_id")))).filter(
+                scheduled_for__lt=F("kept_from")
+            )
+        return runs
+
+    def past(self, now: datetime) -> models.QuerySet[JobRun]:
+        """This group's runs past their period at ``now``, the newest ``keep`` of each job
+        included."""
         if self.days is None:
             return cast("models.QuerySet[JobRun]", JobRun.objects.none())
         # The slot's bound as a range of the (status, slot) index: given a bare slot < cutoff,
@@ -77,18 +89,72 @@ class Group:
             runs = runs.filter(job_id__in=self.jobs)
         elif self.others:
             runs = runs.exclude(job_id__in=self.others)
-        if self.keep:
-            # The job's keep-th newest run of this status: older ones may go (a job with fewer
-            # keeps them all: the comparison with NULL holds for none).
-            newest = (
-                JobRun.objects.filter(job_id=OuterRef("job_id"), status=self.status)
-                .order_by("-scheduled_for")
-                .values("scheduled_for")[self.keep - 1 : self.keep]
-            )
-            runs = runs.annotate(kept_from=Subquery(newest)).filter(
-                scheduled_for__lt=F("kept_from")
-            )
         return cast("models.QuerySet[JobRun]", runs)
+
+    def choose(self, now: datetime, limit: int) -> list[tuple[int, int, str, date, datetime]]:
+        """Up to ``limit`` of :meth:`runs`, oldest slots first: (id, job, status, slot's UTC day,
+        created).
+
+        Read in windows of the runs past their period, each job's keep-th newest slot looked up
+        once (and only for the jobs a window holds) and compared here: asked of the database,
+        that slot is looked up again for every run (10,000 index probes a pass of 10,000
+        where a thousand jobs share it). A window whose runs are kept (a monthly job's newest,
+        months old, lead the index for ever) is followed by the next, from its last slot on."""
+        read = moment_reader()
+        kept_from: dict[int, datetime | None] = {}
+        chosen: list[tuple[int, int, str, date, datetime]] = []
+        since: datetime | None = None
+        at_since: list[int] = []  # the ids read already of the last window's last slot
+        while len(chosen) < limit:
+            want = limit - len(chosen)
+            window = self.past(now)
+            if since is not None:
+                window = window.filter(scheduled_for__gte=since).exclude(AnyOf("id", at_since))
+            query = (
+                window.order_by("scheduled_for")
+                # The slot's day and the moments as text: all three read far faster as such.
+                .annotate(
+                    day=TruncDate("scheduled_for", tzinfo=UTC),
+                    slot=MomentText("scheduled_for"),
+                    created=MomentText("created_at"),
+                )
+                .values_list("pk", "job_id", "status", "day", "slot", "created")[:want]
+            )
+            with uncompiled():  # costed past PostgreSQL's JIT threshold, not worth compiling
+                rows = [(*row[:4], read(row[4]), read(row[5])) for row in query]
+            if self.keep:
+                self._look_up(sorted({row[1] for row in rows} - kept_from.keys()), kept_from)
+            for pk, job, status, day, slot, created in rows:
+                bound = kept_from.get(job) if self.keep else None
+                if not self.keep or (bound is not None and slot < bound):
+                    chosen.append((pk, job, status, day, created))
+            if len(rows) < want:
+                break  # none left past its period
+            last = rows[-1][4]
+            at_since = [row[0] for row in rows if row[4] == last] + (
+                at_since if last == since else []
+            )
+            since = last
+        return chosen
+
+    def _kept_from(self, job: OuterRef) -> models.QuerySet[JobRun]:
+        """The slot of ``job``'s keep-th newest run of this status."""
+        newest = JobRun.objects.filter(job_id=job, status=self.status).order_by("-scheduled_for")
+        return cast(
+            "models.QuerySet[JobRun]", newest.values("scheduled_for")[self.keep - 1 : self.keep]
+        )
+
+    def _look_up(self, jobs: Sequence[int], into: dict[int, datetime | None]) -> None:
+        """Each of ``jobs``' keep-th newest slot of this status (None: fewer runs than that)."""
+        for start in range(0, len(jobs), CHUNK):
+            part = jobs[start : start + CHUNK]
+            found = (
+                JobDefinition.all_objects.filter(AnyOf("id", part))
+                .annotate(kept_from=Subquery(self._kept_from(OuterRef("pk"))))
+                .values_list("pk", "kept_from")
+            )
+            into.update(dict.fromkeys(part))
+            into.update(found)
 
 
 def groups(*, days: int | None = None, keep_last: int | None = None) -> list[Group]:
@@ -179,23 +245,11 @@ def prune(
         if before_write is not None:  # choosing reads the ledger hard too: not during a burst
             before_write()
         batch: list[tuple[int, int, str, date, datetime]] = []
-        read = moment_reader()
         for group in found:
             left = limit - len(batch)
             if left <= 0:
                 break
-            query = (
-                group.runs(now)
-                .order_by("scheduled_for")
-                # The slot's day and the moment as text: both read far faster than moments.
-                .annotate(
-                    day=TruncDate("scheduled_for", tzinfo=UTC), created=MomentText("created_at")
-                )
-                .values_list("pk", "job_id", "status", "day", "created")[:left]
-            )
-            with uncompiled():  # costed past PostgreSQL's JIT threshold, not worth compiling
-                chosen = list(query)
-            batch.extend((*row[:4], read(row[4])) for row in chosen)
+            batch.extend(group.choose(now, left))
         pruned.full = len(batch) >= limit
         if batch:
             pruned.summaries = sum_up(batch, now=now, step=step)

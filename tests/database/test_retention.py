@@ -257,6 +257,60 @@ def test_a_pass_takes_at_most_its_limit_oldest_first():
     assert [slot for (slot,) in kept] == [run.scheduled_for for run in runs[10:]]
 
 
+def test_kept_runs_leading_the_ledger_do_not_stop_a_pass():
+    """Runs kept by ``keep_last`` that are older than everything prunable (a monthly job's
+    newest) fill whole windows of a pass's reading; the pass reads on past them."""
+    monthly = [make_job(keep_last=2) for _ in range(4)]
+    for job in monthly:
+        add(job, RunStatus.SUCCESS, days_ago=400, count=2)
+    plain = make_job()
+    runs = add(plain, RunStatus.SUCCESS, days_ago=100, count=6)
+    first = retention.prune(now=NOW, limit=4)
+    assert (first.runs, first.full) == (4, True)
+    second = retention.prune(now=NOW, limit=4)
+    assert (second.runs, second.full) == (2, False)
+    assert not JobRun.objects.filter(pk__in=[run.pk for run in runs]).exists()
+    assert all(left(job) == {"success": 2} for job in monthly)
+
+
+def test_a_pass_chooses_what_the_databases_own_keep_last_rule_chooses():
+    """The pass compares each run with its job's keep-th newest slot itself; the same rule as
+    one statement (a subquery per run) is the oracle: the same runs, oldest first, for every
+    limit, slots shared by many jobs included."""
+    import random
+
+    rng = random.Random(49)
+    jobs = [make_job(keep_last=rng.choice([None, 1, 2, 3])) for _ in range(6)]
+    base = NOW - timedelta(days=200)
+    rows = []
+    for job in jobs:
+        # A few slots shared by every job (ties across a window's edge) and some of its own.
+        for slot in rng.sample(range(40), 12):
+            rows.append(
+                JobRun(
+                    job=job,
+                    scheduled_for=base + timedelta(hours=slot),
+                    status=rng.choice([RunStatus.SUCCESS, RunStatus.SUCCESS, RunStatus.FAILED]),
+                    trigger=RunTrigger.SCHEDULE,
+                    task_id=f"t-{uuid.uuid4().hex}",
+                )
+            )
+    JobRun.objects.bulk_create(rows)
+    checked = 0
+    for group in retention.groups(keep_last=2) + retention.groups():
+        expected = list(group.runs(NOW).values_list("pk", "scheduled_for"))
+        slot_of = dict(expected)
+        checked += len(expected)
+        for limit in (1, 2, 3, 5, 8, 13, len(expected), len(expected) + 5):
+            chosen = [row[0] for row in group.choose(NOW, limit)]
+            assert len(chosen) == len(set(chosen)) == min(limit, len(expected)), (group, limit)
+            assert set(chosen) <= slot_of.keys(), (group, limit)
+            rest = slot_of.keys() - set(chosen)
+            if rest:  # the oldest: none left behind is older than one chosen
+                assert max(slot_of[pk] for pk in chosen) <= min(slot_of[pk] for pk in rest)
+    assert checked > 60  # both statuses, with and without the jobs' own keep_last
+
+
 def test_a_deposed_leaders_pass_writes_nothing():
     job = make_job()
     add(job, RunStatus.SUCCESS, days_ago=100, count=3)
