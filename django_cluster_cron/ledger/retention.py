@@ -31,7 +31,7 @@ from django.db.models.functions import TruncDate
 from ..conf import app_settings
 from ..core.retention import FINAL, Retention
 from ..models import JobDefinition, JobPiece, JobRun, RunSummary
-from ..models.bulk import AnyOf, MomentText, RowBefore, moment_reader, uncompiled
+from ..models.bulk import AnyOf, MomentText, moment_reader, prefix_range, uncompiled
 from ..models.retention import retention_policy
 from .fence import Fence
 from .summaries import sum_up
@@ -59,7 +59,8 @@ class Group:
     others: tuple[int, ...] = ()
 
     def runs(self, now: datetime) -> models.QuerySet[JobRun]:
-        """This group's runs that may go at ``now`` (none for a status kept for ever)."""
+        """This group's runs that may go at ``now`` (none for a status kept for ever), oldest
+        slots first."""
         runs = self.past(now)
         if self.keep:
             # The job's keep-th newest run of this status: older ones may go (a job with fewer
@@ -69,22 +70,24 @@ class Group:
             )
         return runs
 
-    def past(self, now: datetime) -> models.QuerySet[JobRun]:
-        """This group's runs past their period at ``now``, the newest ``keep`` of each job
-        included."""
+    def past(self, now: datetime, since: datetime | None = None) -> models.QuerySet[JobRun]:
+        """This group's runs past their period at ``now`` (and slotted from ``since`` on), the
+        newest ``keep`` of each job included, oldest slots first."""
         if self.days is None:
             return cast("models.QuerySet[JobRun]", JobRun.objects.none())
-        # The slot's bound as a range of the (status, slot) index: given a bare slot < cutoff,
-        # planners read the slot index and step over every run kept longer (a failure's 90 days).
+        # One range of the (status, slot) index, read in its order: given a bare slot < cutoff
+        # or the status matched, PostgreSQL read the slot index and stepped over every run
+        # kept longer (a failure's 90 days: 150,000 runs at 5 M, 110 ms a pass, against 8 ms).
+        field = DateTimeField()
         runs = JobRun.objects.filter(
-            RowBefore(
-                F("status"),
-                F("scheduled_for"),
-                Value(self.status),
-                Value(now - timedelta(days=self.days), output_field=DateTimeField()),
-            ),
-            status=self.status,
-        )
+            prefix_range(
+                "status",
+                self.status,
+                "scheduled_for",
+                Value(now - timedelta(days=self.days), output_field=field),
+                None if since is None else Value(since, output_field=field),
+            )
+        ).order_by("status", "scheduled_for")
         if self.jobs is not None:
             runs = runs.filter(job_id__in=self.jobs)
         elif self.others:
@@ -107,18 +110,17 @@ class Group:
         at_since: list[int] = []  # the ids read already of the last window's last slot
         while len(chosen) < limit:
             want = limit - len(chosen)
-            window = self.past(now)
+            window = self.past(now, since)
             if since is not None:
-                window = window.filter(scheduled_for__gte=since).exclude(AnyOf("id", at_since))
+                window = window.exclude(AnyOf("id", at_since))
             query = (
-                window.order_by("scheduled_for")
+                window
                 # The slot's day and the moments as text: all three read far faster as such.
                 .annotate(
                     day=TruncDate("scheduled_for", tzinfo=UTC),
                     slot=MomentText("scheduled_for"),
                     created=MomentText("created_at"),
-                )
-                .values_list("pk", "job_id", "status", "day", "slot", "created")[:want]
+                ).values_list("pk", "job_id", "status", "day", "slot", "created")[:want]
             )
             with uncompiled():  # costed past PostgreSQL's JIT threshold, not worth compiling
                 rows = [(*row[:4], read(row[4]), read(row[5])) for row in query]
@@ -332,7 +334,7 @@ def oldest_prunable(now: datetime) -> Oldest | None:
     """The oldest run past its retention still in the ledger (one indexed look per group)."""
     found: Oldest | None = None
     for group in groups():
-        slot = group.runs(now).order_by("scheduled_for").values_list("scheduled_for", flat=True)
+        slot = group.runs(now).values_list("scheduled_for", flat=True)
         first = slot.first()
         if first is not None and group.days is not None and (found is None or first < found.slot):
             found = Oldest(first, group.days)

@@ -1,5 +1,5 @@
 """Statements over many rows, beside Django's own: a long list of ids as one parameter
-(:class:`AnyOf`), a row comparison (:class:`RowBefore`), moments read as text
+(:class:`AnyOf`), a row comparison (:class:`RowBefore`, :func:`prefix_range`), moments read as text
 (:class:`MomentText`, :func:`moment_reader`), and no compiling on PostgreSQL
 (:func:`uncompiled`).
 
@@ -7,7 +7,8 @@ Each answers a cost measured on PostgreSQL with psycopg 3: Django binds each val
 list as a placeholder that psycopg splits out again on every call; it reads each
 ``timestamptz`` through a loader written in Python (about 5 µs a value: a second for the
 200,000 moments of a 100,000-job list, against a fifth of a second as text); a bound on the
-slot alone let the planner read the slot index past every row of other statuses; and JIT
+slot alone, or the status matched, let PostgreSQL's planner read the slot index past every
+row of other statuses; and JIT
 compiled statements whose estimated cost is high but whose work is small."""
 
 from __future__ import annotations
@@ -18,15 +19,17 @@ from datetime import datetime, timezone
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import BooleanField, CharField, F, Func
+from django.db.models import BooleanField, CharField, F, Func, Q, Value
+from django.db.models.expressions import Expression
 from django.db.models.lookups import In
 
 
 class AnyOf(In):
     """``AnyOf("pk", ids)`` in ``filter()``: the rows whose column is one of ``ids``, a list of
     whole numbers (or strings) without ``None``. PostgreSQL gets one array parameter
-    (``= ANY(%s)``); the other databases ``IN`` as Django writes it. The values are handed over
-    as they are."""
+    (``= ANY(%s)``; whole numbers as the array's text, which psycopg passes on as it is, where it
+    dumps a list element by element: 2.7 ms for 2,000 ids); the other databases ``IN`` as Django
+    writes it. The values are handed over as they are."""
 
     def __init__(self, field: str, values: Sequence[Any]) -> None:
         super().__init__(F(field), list(values))
@@ -38,6 +41,9 @@ class AnyOf(In):
         if not self.rhs:
             return super().as_sql(compiler, connection)  # nothing matches, as IN says
         lhs, lhs_params = self.process_lhs(compiler, connection)
+        if all(type(value) is int for value in self.rhs):
+            listed = "{" + ",".join(map(str, self.rhs)) + "}"
+            return f"{lhs} = ANY(%s::bigint[])", [*lhs_params, listed]
         return f"{lhs} = ANY(%s)", [*lhs_params, self.rhs]
 
 
@@ -47,6 +53,7 @@ class RowBefore(Func):
 
     output_field = BooleanField()
     conditional = True
+    operator = "<"
 
     def as_sql(
         self,
@@ -63,7 +70,30 @@ class RowBefore(Func):
             parts.append(sql)
             params.extend(found)
         first, second, third, fourth = parts
-        return f"({first}, {second}) < ({third}, {fourth})", params
+        return f"({first}, {second}) {self.operator} ({third}, {fourth})", params
+
+
+class RowFrom(RowBefore):
+    """``(a, b) >= (c, d)`` in ``filter()``."""
+
+    operator = ">="
+
+
+def prefix_range(
+    field: str, value: Any, then: str, before: Expression, since: Expression | None = None
+) -> Q:
+    """The rows whose ``field`` is ``value`` and ``then`` before ``before`` (and from ``since``
+    on), as one range of an index on (field, then); order them by both columns. On PostgreSQL
+    ``field`` is bounded, not matched: given the equality, the planner takes ``field`` out of the
+    order and may read an index on ``then`` alone, stepping over every row of other values (its
+    heap order costs less on paper). The bounds select exactly the rows of ``value``."""
+    upper = RowBefore(F(field), F(then), Value(value), before)
+    if connection.vendor != "postgresql":
+        found = Q(upper, **{field: value})
+        return found if since is None else found & Q(**{f"{then}__gte": since})
+    if since is None:
+        return Q(upper, **{f"{field}__gte": value})
+    return Q(upper, RowFrom(F(field), F(then), Value(value), since))
 
 
 class MomentText(Func):
@@ -92,6 +122,12 @@ def moment_reader() -> Callable[[str | None], datetime | None]:
     """What turns :class:`MomentText`'s text back into an aware moment (None for NULL), for
     the default database's zone."""
     zone = timezone.utc if connection.vendor == "postgresql" else connection.timezone
+    if zone is timezone.utc or getattr(zone, "key", None) == "UTC":
+        # Parsed with its offset: a sixth of the time of replacing the zone afterwards.
+        def read_utc(text: str | None) -> datetime | None:
+            return None if text is None else datetime.fromisoformat(text + "+00:00")
+
+        return read_utc
 
     def read(text: str | None) -> datetime | None:
         return None if text is None else datetime.fromisoformat(text).replace(tzinfo=zone)

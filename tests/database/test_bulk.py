@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import DateTimeField, F, Value
 
 from django_cluster_cron.models import JobDefinition, JobRun, RunStatus
@@ -15,6 +15,7 @@ from django_cluster_cron.models.bulk import (
     MomentText,
     RowBefore,
     moment_reader,
+    prefix_range,
     uncompiled,
 )
 from tests.support.jobs import make_job, make_run
@@ -34,6 +35,10 @@ def test_any_of_picks_the_rows_listed_and_none_for_an_empty_list():
     doomed = JobRun.objects.filter(AnyOf("id", [runs[0].pk, runs[2].pk]), status="success")
     assert doomed._raw_delete(doomed.db) == 2
     assert list(JobRun.objects.values_list("pk", flat=True)) == [runs[1].pk]
+    # Strings, and whole numbers past 32 bits.
+    named = JobRun.objects.filter(AnyOf("task_id", [runs[1].task_id, "nope"]))
+    assert list(named.values_list("pk", flat=True)) == [runs[1].pk]
+    assert not JobRun.objects.filter(AnyOf("id", [2**40, 2**62])).exists()
 
 
 def test_any_of_is_one_parameter_on_postgresql_and_in_elsewhere():
@@ -60,6 +65,46 @@ def test_row_before_is_the_rows_of_a_status_before_a_moment():
     expected = [r.pk for r in runs if r.status == "success" and r.scheduled_for < bound]
     assert sorted(found.values_list("pk", flat=True)) == sorted(expected)
     assert len(expected) == 1
+
+
+def test_prefix_range_is_the_rows_of_one_value_in_a_slot_range_oldest_first():
+    job = make_job()
+    # Statuses sorting on either side of "success" and the rows of each at every slot.
+    statuses = ["failed", "skipped", "success", "terminating", "uncertain", "success"]
+    runs = [make_run(job, status=status) for status in statuses * 3]
+    slots = sorted(run.scheduled_for for run in runs)
+    since, before = slots[3], slots[-4]
+    field = DateTimeField()
+    for lower in (None, since):
+        found = JobRun.objects.filter(
+            prefix_range(
+                "status",
+                "success",
+                "scheduled_for",
+                Value(before, field),
+                None if lower is None else Value(lower, field),
+            )
+        ).order_by("status", "scheduled_for")
+        expected = sorted(
+            (r.scheduled_for, r.pk)
+            for r in runs
+            if r.status == "success"
+            and r.scheduled_for < before
+            and (lower is None or r.scheduled_for >= lower)
+        )
+        assert list(found.values_list("pk", flat=True)) == [pk for _, pk in expected]
+        assert len(expected) >= 3 if lower is None else len(expected) >= 2
+        if connection.vendor == "postgresql":
+            # Read as one range of the (status, slot) index in its order (the slot index would
+            # need a sort): the plan when neither a whole-table read nor a bitmap is allowed.
+            sql, params = found.query.sql_with_params()
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute("SET LOCAL enable_seqscan = off")
+                cursor.execute("SET LOCAL enable_bitmapscan = off")
+                cursor.execute("EXPLAIN " + sql, params)
+                plan = "\n".join(line for (line,) in cursor.fetchall())
+            assert "cluster_cron_run_status" in plan, plan
+            assert "Sort" not in plan, plan
 
 
 @pytest.mark.parametrize(
