@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import BooleanField, CharField, F, Func, Q, Value
+from django.db.models import BooleanField, CharField, F, Func, Q, QuerySet, Value
 from django.db.models.expressions import Expression
 from django.db.models.lookups import In
 
@@ -116,6 +116,33 @@ class MomentText(Func):
             connection,
             template="to_char(%(expressions)s AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US')",
         )
+
+
+def union_all(parts: Sequence[QuerySet[Any]], index: str) -> list[dict[str, Any]]:
+    """The rows of ``parts`` (``values()`` of one model with its primary key among them, each
+    ordered and sliced) glued with ``UNION ALL``, each read through ``index`` on MySQL/MariaDB
+    (``FORCE INDEX``: Django has no hint of its own). MariaDB read "the newest 20 of one job"
+    through the slot index, stepping over the other jobs' runs (19,000 rows, 30 ms a job at 50 M
+    runs) for some jobs and through the job's index for others, as its estimates went; the
+    other databases plan it right."""
+    if connection.vendor != "mysql":
+        rows = parts[0].union(*parts[1:], all=True) if len(parts) > 1 else parts[0]
+        return list(rows)
+    model = parts[0].model
+    table = connection.ops.quote_name(model._meta.db_table)
+    hint = f"FROM {table} FORCE INDEX ({connection.ops.quote_name(index)})"
+    statements: list[str] = []
+    params: list[Any] = []
+    for part in parts:
+        sql, found = part.query.sql_with_params()
+        if f"FROM {table}" not in sql:
+            raise ValueError(f"union_all: no FROM {table} in {sql!r}")
+        statements.append(f"({sql.replace(f'FROM {table}', hint, 1)})")
+        params.extend(found)
+    names = list(parts[0].query.values_select)
+    # Read as the model's rows: Django converts each value as it would in values().
+    found_rows = model._default_manager.raw(" UNION ALL ".join(statements), params)
+    return [{name: getattr(row, name) for name in names} for row in found_rows]
 
 
 def moment_reader() -> Callable[[str | None], datetime | None]:
