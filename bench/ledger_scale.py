@@ -355,12 +355,12 @@ def p95(values: list[float]) -> float:
     return ordered[max(0, round(0.95 * len(ordered)) - 1)]
 
 
-def prune(batch: int, passes: int, per_day: int | None = None) -> None:
+def prune(batch: int, passes: int) -> None:
     """The leader's pruning passes (under its fence, in short transactions, as its pruning
     thread runs them) in two cases: a ledger that was never summed up (an upgrade: each pass
     sums up the days it reaches first), then one whose days the leader summed up an hour after
     each ended (a running cluster), with the cost of that daily roll-up timed between them
-    (``per_day``: the runs of a day, counted on the ledger if not given)."""
+    (of as many days as the passes will reach, counted on the ledger)."""
     import math
     import uuid
     from datetime import datetime, timedelta
@@ -392,17 +392,27 @@ def prune(batch: int, passes: int, per_day: int | None = None) -> None:
             print(f"  overall: {total:,} runs in {spent:.1f} s = {total / spent:,.0f} runs/s")
 
     passes_of("a ledger never summed up (an upgrade)")
-    # The days the next passes reach, summed up as the leader does once each day is over.
-    oldest = retention.oldest_prunable(timezone.now())
-    if oldest is None:
+    # The days the next passes reach, summed up as the leader does once each day is over: from
+    # the oldest run of the first group that has any (a pass takes the groups in order; an
+    # older run of a later group waits for it).
+    now = timezone.now()
+    oldest = [
+        (group, group.runs(now).values_list("scheduled_for", flat=True).first())
+        for group in retention.groups()
+    ]
+    found = [(group, slot) for group, slot in oldest if slot is not None]
+    if not found:
         print("\nnothing left to prune: no running cluster's passes to time")
         return
-    first = summaries.day_of(oldest.slot)
-    if per_day is None:  # the day after the oldest prunable run's, whole
-        start = datetime.combine(first + timedelta(days=1), datetime.min.time(), dt_timezone.utc)
-        per_day = JobRun.objects.filter(
-            scheduled_for__gte=start, scheduled_for__lt=start + timedelta(days=1)
-        ).count()
+    group, slot = found[0]
+    first = summaries.day_of(slot)
+    # The group's runs of the day after (a whole day).
+    start = datetime.combine(first + timedelta(days=1), datetime.min.time(), dt_timezone.utc)
+    per_day = JobRun.objects.filter(
+        scheduled_for__gte=start,
+        scheduled_for__lt=start + timedelta(days=1),
+        status=group.status,
+    ).count()
     days = [first + timedelta(days=n) for n in range(math.ceil(batch * passes / per_day) + 1)]
     begin = time.perf_counter()
     for day in days:
@@ -410,7 +420,7 @@ def prune(batch: int, passes: int, per_day: int | None = None) -> None:
     seconds = time.perf_counter() - begin
     written = RunSummary.objects.filter(day__in=days).count()
     print(
-        f"\nthe leader's daily roll-up: {len(days)} days of {per_day:,} runs, "
+        f"\nthe leader's daily roll-up: {len(days)} days ({per_day:,} {group.status} runs a day), "
         f"{written:,} summaries in {seconds:.1f} s = {seconds / len(days):.2f} s a day"
     )
     passes_of("a running cluster's ledger (its days summed up already)")
@@ -474,7 +484,7 @@ def main() -> None:
     compare(small, large)
     if args.burst:
         compare_bursts(args.burst, args.burst_reps)
-    prune(args.batch, args.passes, args.runs // args.days)
+    prune(args.batch, args.passes)
     pages(args.repeat, "pages after pruning", deep)
 
 

@@ -149,15 +149,25 @@ def moment_reader() -> Callable[[str | None], datetime | None]:
     """What turns :class:`MomentText`'s text back into an aware moment (None for NULL), for
     the default database's zone."""
     zone = timezone.utc if connection.vendor == "postgresql" else connection.timezone
+
+    def parse(text: str) -> datetime:
+        moment = datetime.fromisoformat(text)  # a row written with its offset keeps it
+        return moment if moment.tzinfo is not None else moment.replace(tzinfo=zone)
+
     if zone is timezone.utc or getattr(zone, "key", None) == "UTC":
         # Parsed with its offset: a sixth of the time of replacing the zone afterwards.
         def read_utc(text: str | None) -> datetime | None:
-            return None if text is None else datetime.fromisoformat(text + "+00:00")
+            if text is None:
+                return None
+            try:
+                return datetime.fromisoformat(text + "+00:00")
+            except ValueError:
+                return parse(text)
 
         return read_utc
 
     def read(text: str | None) -> datetime | None:
-        return None if text is None else datetime.fromisoformat(text).replace(tzinfo=zone)
+        return None if text is None else parse(text)
 
     return read
 

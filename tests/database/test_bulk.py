@@ -150,3 +150,15 @@ def test_uncompiled_turns_jit_off_only_inside_on_postgresql():
     with uncompiled():
         assert jit() == "off"
     assert jit() == before
+
+
+def test_a_moment_written_with_its_offset_is_read_with_it():
+    """Rows written around Django (a raw INSERT on SQLite) may carry their offset."""
+    read = moment_reader()
+    assert read("2026-11-30 19:08:17+00:00") == datetime(
+        2026, 11, 30, 19, 8, 17, tzinfo=timezone.utc
+    )
+    assert read("2026-11-30 20:08:17.5+01:00") == datetime(
+        2026, 11, 30, 19, 8, 17, 500000, tzinfo=timezone.utc
+    )
+    assert read(None) is None
