@@ -24,7 +24,7 @@ from django.utils.safestring import SafeString
 from ..core.errors import ScheduleError
 from ..core.timezones import get_zone
 from ..models import JobDefinition, JobRun, RunStatus, not_ahead
-from ..models.bulk import union_all
+from ..models.bulk import through_index
 
 UTC = timezone.utc
 
@@ -168,7 +168,7 @@ def recent_runs_by_job(
     if not job_ids:
         return {}
     now = now or datetime.now(UTC)
-    fields = ("id", "job_id", "status", "duration", "scheduled_for")
+    fields = ("job_id", "status", "duration", "scheduled_for")
     rows: Any
     if connection.features.supports_slicing_ordering_in_compound:
         # One "newest 20 of this job" index scan per job, glued with UNION ALL: its cost does not
@@ -179,7 +179,9 @@ def recent_runs_by_job(
             .values(*fields)[:RECENT_RUNS]
             for job_id in job_ids
         ]
-        rows = union_all(parts, "cluster_cron_run_one_per_slot")
+        union = parts[0].union(*parts[1:], all=True) if len(parts) > 1 else parts[0]
+        with through_index(JobRun, "cluster_cron_run_one_per_slot"):
+            rows = list(union)
     else:  # SQLite: no LIMIT inside a compound query; a window does the same on small ledgers
         rows = (
             not_ahead(JobRun.objects.filter(job_id__in=job_ids), now)

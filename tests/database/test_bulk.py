@@ -16,6 +16,7 @@ from django_cluster_cron.models.bulk import (
     RowBefore,
     moment_reader,
     prefix_range,
+    through_index,
     uncompiled,
 )
 from tests.support.jobs import make_job, make_run
@@ -162,3 +163,27 @@ def test_a_moment_written_with_its_offset_is_read_with_it():
         2026, 11, 30, 19, 8, 17, 500000, tzinfo=timezone.utc
     )
     assert read(None) is None
+
+
+def test_through_index_names_the_index_on_mysql_after_table_and_alias_and_nowhere_else():
+    from django.db.models import OuterRef, Subquery
+    from django.test.utils import CaptureQueriesContext
+
+    job = make_job()
+    run = make_run(job, status=RunStatus.SUCCESS)
+    newest = JobRun.objects.filter(job=OuterRef("pk")).order_by("-scheduled_for")
+    with (
+        CaptureQueriesContext(connection) as sent,
+        through_index(JobRun, "cluster_cron_run_one_per_slot"),
+    ):
+        # The table bare, with an alias in a subquery, and joined.
+        assert list(JobRun.objects.filter(job=job).values_list("pk", flat=True)) == [run.pk]
+        last = JobDefinition.objects.annotate(last=Subquery(newest.values("pk")[:1]))
+        assert list(last.values_list("last", flat=True)) == [run.pk]
+        assert JobRun.objects.filter(job__name=job.name).count() == 1
+    hint = "FORCE INDEX (`cluster_cron_run_one_per_slot`)"
+    named = [q["sql"].count(hint) for q in sent.captured_queries]
+    assert named == ([1, 1, 1] if connection.vendor == "mysql" else [0, 0, 0])
+    with CaptureQueriesContext(connection) as after:
+        JobRun.objects.filter(job=job).exists()
+    assert hint not in after.captured_queries[0]["sql"]

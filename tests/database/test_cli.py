@@ -72,6 +72,22 @@ def test_list_shows_each_job_soonest_first_in_one_query():
     assert len(statements) == 1
     assert statements[0].startswith("SELECT")
     assert ("jit = off" in str(log.queries)) == (connection.vendor == "postgresql")
+    if connection.vendor == "mysql":
+        # Each job's last run through the (job, slot) index: MariaDB chose the (job, status,
+        # slot) one and sorted every job's runs (10 s for 1,000 jobs and 2 M runs).
+        from django.test.utils import CaptureQueriesContext
+
+        with CaptureQueriesContext(connection) as sent:  # as the server got it
+            cron("list")
+        (listing,) = [q["sql"] for q in sent.captured_queries]
+        assert "FORCE INDEX (`cluster_cron_run_one_per_slot`)" in listing
+        with connection.cursor() as cursor:
+            cursor.execute("EXPLAIN " + listing)
+            columns = [c[0] for c in cursor.description]
+            plan = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+        (runs,) = [row for row in plan if row["select_type"] == "DEPENDENT SUBQUERY"]
+        assert runs["key"] == "cluster_cron_run_one_per_slot", plan
+        assert "filesort" not in (runs["Extra"] or ""), plan
     lines = text.splitlines()
     assert lines[0].split() == [
         "NEXT",
