@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from django.db import connections, router
-from django.db.models import DateTimeField, F, Func, Min, Subquery
+from django.db.models import Min, Subquery
 
 from ..core.ahead import AheadPlan, plan_ahead
 from ..core.catchup import CatchupRules, SlotPlan, plan_slots
@@ -102,11 +102,13 @@ def _advance(jobs: Sequence[JobDefinition]) -> None:
 
 
 def _idle_query() -> Any:
+    # The earliest next run as the first of the due index in order: as MIN(), MariaDB read
+    # every job (the condition on enabled kept it from the index's first entry), 42 ms a tick
+    # at 100,000 jobs.
     first = (
-        JobDefinition.objects.filter(enabled=True)
-        .order_by()
-        .annotate(m=Func(F("next_run_at"), function="MIN", output_field=DateTimeField()))
-        .values("m")
+        JobDefinition.objects.filter(enabled=True, next_run_at__isnull=False)
+        .order_by("next_run_at")
+        .values("next_run_at")[:1]
     )
     return (
         SchedulerLease.objects.filter(name=LEADER)
