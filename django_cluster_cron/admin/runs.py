@@ -52,7 +52,9 @@ class CappedCountPaginator(Paginator):  # type: ignore[type-arg]
 
     @cached_property
     def count(self) -> int:
-        return int(self.object_list[: COUNT_CAP + 1].count())  # type: ignore[attr-defined]
+        # In no order: MariaDB sorted 100,000 jobs by name to count the first 10,001 (84 ms).
+        capped = self.object_list.order_by()[: COUNT_CAP + 1]  # type: ignore[attr-defined]
+        return int(capped.count())
 
 
 class LedgerQuerySet(QuerySet[JobRun]):
