@@ -159,7 +159,7 @@ def test_a_moment_written_with_its_offset_is_read_with_it():
     assert read("2026-11-30 19:08:17+00:00") == datetime(
         2026, 11, 30, 19, 8, 17, tzinfo=timezone.utc
     )
-    assert read("2026-11-30 20:08:17.5+01:00") == datetime(
+    assert read("2026-11-30 20:08:17.500000+01:00") == datetime(
         2026, 11, 30, 19, 8, 17, 500000, tzinfo=timezone.utc
     )
     assert read(None) is None
