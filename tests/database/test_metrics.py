@@ -53,7 +53,11 @@ def test_the_leader_counts_ticks_slots_latency_and_shows_its_role(settings, redi
         assert recorded == 2
         assert slots - before["slots"] == recorded
         assert sample("cluster_cron_ticks_total") - before["ticks"] == 1
-        assert REGISTRY.get_sample_value("cluster_cron_clock_offset_seconds", {"node": "metered"})
+        # Measured: the database here shares this host's clock, so the offset is within the
+        # round trip of zero, and exactly 0.0 now and then (a microsecond reading's midpoint).
+        offset = REGISTRY.get_sample_value("cluster_cron_clock_offset_seconds", {"node": "metered"})
+        assert offset is not None
+        assert abs(offset) < 1.0
         scheduler.term.renew()
         assert sample("cluster_cron_lease_renewals_total", result="ok") - before["renewals"] == 1
     finally:
