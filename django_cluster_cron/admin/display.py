@@ -25,6 +25,7 @@ from ..core.errors import ScheduleError
 from ..core.timezones import get_zone
 from ..models import JobDefinition, JobRun, RunStatus, not_ahead
 from ..models.bulk import through_index
+from ..models.runs import ONE_PER_SLOT
 
 UTC = timezone.utc
 
@@ -180,7 +181,7 @@ def recent_runs_by_job(
             for job_id in job_ids
         ]
         union = parts[0].union(*parts[1:], all=True) if len(parts) > 1 else parts[0]
-        with through_index(JobRun, "cluster_cron_run_one_per_slot"):
+        with through_index(JobRun, ONE_PER_SLOT):
             rows = list(union)
     else:  # SQLite: no LIMIT inside a compound query; a window does the same on small ledgers
         rows = (

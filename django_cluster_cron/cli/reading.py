@@ -15,6 +15,7 @@ from ..core.errors import ScheduleError
 from ..describe import describe, preview
 from ..models import JobDefinition, JobRun, RunStatus, not_ahead
 from ..models.bulk import MomentText, moment_reader, through_index, uncompiled
+from ..models.runs import ONE_PER_SLOT
 from .common import (
     UTC,
     Refused,
@@ -101,7 +102,7 @@ def list_jobs(options: dict[str, Any]) -> Reply:
         term = options["search"]
         jobs = jobs.filter(Q(name__icontains=term) | Q(task__icontains=term))
     read = moment_reader()
-    with uncompiled(), through_index(JobRun, "cluster_cron_run_one_per_slot"):
+    with uncompiled(), through_index(JobRun, ONE_PER_SLOT):
         found = list(jobs.values_list(*LISTED))
     if options["json"]:
         return Reply(_listed_data([dict(zip(LISTED, row, strict=True)) for row in found], read))

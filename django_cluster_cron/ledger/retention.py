@@ -21,12 +21,11 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta, timezone
+from datetime import date, datetime, timedelta
 from typing import Any, cast
 
 from django.db import models, transaction
 from django.db.models import DateTimeField, F, OuterRef, Q, Subquery, Value
-from django.db.models.functions import TruncDate
 
 from ..conf import app_settings
 from ..core.retention import FINAL, Retention
@@ -34,10 +33,9 @@ from ..models import JobDefinition, JobPiece, JobRun, RunSummary
 from ..models.bulk import AnyOf, MomentText, moment_reader, prefix_range, uncompiled
 from ..models.retention import retention_policy
 from .fence import Fence
-from .summaries import sum_up
+from .summaries import day_of, sum_up
 
 logger = logging.getLogger("django_cluster_cron.scheduler")
-UTC = timezone.utc
 
 __all__ = ["Group", "Oldest", "Pruned", "groups", "oldest_prunable", "prune"]
 
@@ -115,25 +113,28 @@ class Group:
                 window = window.exclude(AnyOf("id", at_since))
             query = (
                 window
-                # The slot's day and the moments as text: all three read far faster as such.
+                # The moments as text: they read far faster as such.
                 .annotate(
-                    day=TruncDate("scheduled_for", tzinfo=UTC),
-                    slot=MomentText("scheduled_for"),
-                    created=MomentText("created_at"),
-                ).values_list("pk", "job_id", "status", "day", "slot", "created")[:want]
+                    slot=MomentText("scheduled_for"), created=MomentText("created_at")
+                ).values_list("pk", "job_id", "status", "slot", "created")[:want]
             )
             with uncompiled():  # costed past PostgreSQL's JIT threshold, not worth compiling
-                rows = [(*row[:4], read(row[4]), read(row[5])) for row in query]
+                rows = [
+                    (pk, job, status, cast(datetime, read(slot)), cast(datetime, read(made)))
+                    for pk, job, status, slot, made in query
+                ]
             if self.keep:
                 self._look_up(sorted({row[1] for row in rows} - kept_from.keys()), kept_from)
-            for pk, job, status, day, slot, created in rows:
-                bound = kept_from.get(job) if self.keep else None
-                if not self.keep or (bound is not None and slot < bound):
-                    chosen.append((pk, job, status, day, created))
+            for pk, job, status, slot, created in rows:
+                if self.keep:
+                    bound = kept_from.get(job)
+                    if bound is None or slot >= bound:
+                        continue  # among the job's newest keep of this status
+                chosen.append((pk, job, status, day_of(slot), created))
             if len(rows) < want:
                 break  # none left past its period
-            last = rows[-1][4]
-            at_since = [row[0] for row in rows if row[4] == last] + (
+            last = rows[-1][3]
+            at_since = [row[0] for row in rows if row[3] == last] + (
                 at_since if last == since else []
             )
             since = last

@@ -16,6 +16,10 @@ from django.db import models
 # Its lines have always been the scheduler's (logging configurations name it).
 logger = logging.getLogger("django_cluster_cron.scheduler")
 
+# The unique (job, slot) constraint and its index: a job's runs in slot order (MySQL/MariaDB are
+# told to read it by name where they chose another, ``bulk.through_index``).
+ONE_PER_SLOT = "cluster_cron_run_one_per_slot"
+
 
 class RunStatus(models.TextChoices):
     """The states of a run, and who moves a run out of each, through which function (under
@@ -298,9 +302,7 @@ class JobRun(models.Model):
         ]
         get_latest_by = "scheduled_for"
         constraints: ClassVar = [
-            models.UniqueConstraint(
-                fields=["job", "scheduled_for"], name="cluster_cron_run_one_per_slot"
-            ),
+            models.UniqueConstraint(fields=["job", "scheduled_for"], name=ONE_PER_SLOT),
         ]
         indexes: ClassVar = [
             models.Index(fields=["status", "scheduled_for"], name="cluster_cron_run_status"),
